@@ -1,0 +1,44 @@
+"""npu-regress: spawn-isolated hardware-regression checks for Ascend NPU stacks.
+
+Public API (a contract for users' suites and CI): ``run_isolated``, ``IsolatedResult``,
+the ``IsolationError`` family, and ``device()`` for use inside an isolated child.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from harness.isolation import run_isolated
+from harness.result import (
+    ChildCrashed,
+    ChildError,
+    ChildTimeout,
+    IsolatedResult,
+    IsolationError,
+)
+
+__all__ = [
+    "ChildCrashed",
+    "ChildError",
+    "ChildTimeout",
+    "IsolatedResult",
+    "IsolationError",
+    "device",
+    "run_isolated",
+]
+
+#: environment variable through which the plugin tells a child its device kind
+DEVICE_ENV = "HARNESS_DEVICE"
+
+
+def device() -> Any:
+    """The ``torch.device`` this child was given by the session (``--device``); CPU outside one.
+
+    Accelerators are pinned per xdist worker through the visible-devices variable, so the
+    child always uses index 0 of what it can see.
+    """
+    import torch
+
+    kind = os.environ.get(DEVICE_ENV, "cpu")
+    return torch.device("cpu") if kind == "cpu" else torch.device(kind, 0)

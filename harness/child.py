@@ -1,0 +1,180 @@
+"""The child side of isolation: run one shipped callable once and write back how it ended.
+
+The parent (``harness.isolation``) prepares a work directory:
+
+- ``meta.json``: the parent's ``sys.path`` and a one-time token;
+- ``payload.pkl``: the callable, its arguments and child-side contexts, cloudpickled.
+
+The child writes ``result.pkl`` only after fn has really run, echoing the token. A child
+that never ran fn therefore cannot produce a result, and the parent reports it as crashed:
+the "every test passes because the child never ran it" bug cannot happen silently.
+
+Faulthandler writes crash stacks to ``crash.txt`` and, on SIGUSR1 (sent by the parent at
+timeout), the stacks of every thread to ``stack.txt``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import json
+import os
+import pickle
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: SIGUSR1 asks the child for its stacks (parent side: ``harness.isolation``).
+STACK_SIGNAL = signal.SIGUSR1
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us if the parent dies (Linux), so a killed pytest leaks nothing."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _arm_faulthandler(workdir: Path) -> list[Any]:
+    crash = open(workdir / "crash.txt", "w")  # noqa: SIM115 - must outlive this function
+    stack = open(workdir / "stack.txt", "w")  # noqa: SIM115
+    faulthandler.enable(file=crash, all_threads=True)
+    faulthandler.register(STACK_SIGNAL, file=stack, all_threads=True, chain=False)
+    return [crash, stack]
+
+
+def _outcome_of(exc: BaseException) -> str | None:
+    """Map pytest's outcome exceptions (skip, xfail, fail) without importing pytest."""
+    outcomes = sys.modules.get("_pytest.outcomes")
+    if outcomes is None:
+        return None
+    if isinstance(exc, outcomes.Skipped):
+        return "skip"
+    if isinstance(exc, outcomes.XFailed):
+        return "xfail"
+    if isinstance(exc, outcomes.Failed):
+        return "fail"
+    return None
+
+
+def _qualname(obj_type: type) -> str:
+    module = obj_type.__module__
+    return obj_type.__qualname__ if module == "builtins" else f"{module}.{obj_type.__qualname__}"
+
+
+def _pack(obj: Any) -> tuple[bytes | None, str]:
+    """cloudpickle obj and prove it loads again; return (bytes, "") or (None, why not)."""
+    import cloudpickle
+
+    try:
+        data = cloudpickle.dumps(obj)
+        cloudpickle.loads(data)
+        return data, ""
+    except BaseException as exc:  # noqa: BLE001 - any failure means "cannot travel"
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def execute(payload: dict[str, Any], result: dict[str, Any]) -> None:
+    """Run fn once inside the payload's contexts, filling ``result`` in place."""
+    fn = payload["fn"]
+    contexts = payload.get("contexts") or {}
+    with contextlib.ExitStack() as stack:
+        entered = {name: stack.enter_context(factory()) for name, factory in contexts.items()}
+        try:
+            value = fn(*payload.get("args", ()), **payload.get("kwargs", {}))
+        except SystemExit:
+            raise  # sys.exit() in fn: the process ends with that code and no result
+        except BaseException as exc:  # noqa: BLE001 - every ending must be reported
+            _record_exception(exc, result)
+        else:
+            data, why = _pack(value)
+            if data is None:
+                result.update(
+                    kind="error",
+                    exc_type="harness.ChildError",
+                    message=(
+                        f"isolated fn returned a value of type {_qualname(type(value))} "
+                        f"that cannot be sent back to the parent ({why}); return plain data "
+                        "(numbers, strings, lists, dicts, tensors moved to CPU) instead"
+                    ),
+                )
+            else:
+                result.update(kind="returned", value=data)
+    # contexts have exited: what they yielded is final now (e.g. event counts)
+    result["extras"] = {name: value for name, value in entered.items() if value is not None}
+
+
+def _record_exception(exc: BaseException, result: dict[str, Any]) -> None:
+    # drop our own frame (execute) so the traceback starts in the user's code
+    frames = exc.__traceback__.tb_next if exc.__traceback__ else None
+    tb = "".join(traceback.format_exception(type(exc), exc, frames))
+    outcome = _outcome_of(exc)
+    if outcome is not None:
+        result.update(kind=outcome, message=str(getattr(exc, "msg", exc) or ""),
+                      pytrace=bool(getattr(exc, "pytrace", True)), traceback=tb)
+        return
+    data, why = _pack(exc)
+    result.update(kind="raised", exc_type=_qualname(type(exc)), traceback=tb,
+                  message=str(exc))
+    if data is None:
+        result.update(
+            kind="error",
+            message=(
+                f"isolated fn raised {_qualname(type(exc))}: {exc} "
+                f"(the exception itself cannot be sent back: {why})"
+            ),
+        )
+    else:
+        result["exception"] = data
+
+
+def main(workdir: str) -> None:
+    wd = Path(workdir)
+    _die_with_parent()
+    keep = _arm_faulthandler(wd)  # noqa: F841 - the files must stay open
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(line_buffering=True)
+    meta = json.loads((wd / "meta.json").read_text())
+    sys.path[:] = meta["sys_path"]
+    result: dict[str, Any] = {"token": meta["token"], "pid": os.getpid()}
+    try:
+        import cloudpickle
+
+        payload = cloudpickle.loads((wd / "payload.pkl").read_bytes())
+    except BaseException as exc:  # noqa: BLE001
+        result.update(
+            kind="error",
+            exc_type=_qualname(type(exc)),
+            message=f"the isolated callable could not be loaded in the child: {exc}",
+            traceback=traceback.format_exc(),
+        )
+    else:
+        try:
+            execute(payload, result)
+        except SystemExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a context failed to enter or exit
+            result.update(
+                kind="error",
+                exc_type=_qualname(type(exc)),
+                message=f"isolation context failed in the child: {type(exc).__name__}: {exc}",
+                traceback=traceback.format_exc(),
+            )
+    tmp = wd / "result.pkl.tmp"
+    tmp.write_bytes(pickle.dumps(result))
+    tmp.rename(wd / "result.pkl")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: threads fn left behind, or device runtimes that crash at
+    # exit, must not turn a finished check into a hang; the result is already written.
+    os._exit(0)
+
+
+if __name__ == "__main__":  # pragma: no cover - entry used by spawn
+    main(sys.argv[1])

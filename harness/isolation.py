@@ -1,0 +1,330 @@
+"""Run one callable in a fresh process and bring back everything about how it ended.
+
+Layers, parent side: ``run_isolated`` (public, raises like the child did) -> ``isolate``
+(never raises for a child's outcome; returns an ``IsolatedResult``) -> a launcher
+(``spawn`` here; the forkserver launcher lives in ``harness.forkserver``) -> the child
+(``harness.child``) -> ``harness.reaper`` to end whatever the child left behind.
+
+stdout and stderr go to files, not pipes: a child can print gigabytes without ever blocking
+on a full pipe, and we read back only the last ``OUTPUT_LIMIT`` bytes of each.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import pickle
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ContextManager, Protocol
+
+import cloudpickle
+import psutil
+
+from harness import reaper
+from harness.child import STACK_SIGNAL
+from harness.result import IsolatedResult
+
+#: bytes of each of stdout / stderr kept from the end of the child's output
+OUTPUT_LIMIT = 1 << 20
+#: how long to wait for faulthandler to write the stacks we asked for at timeout
+STACK_WAIT_S = 3.0
+#: how often the parent notes the child's descendants while it runs
+TRACK_INTERVAL_S = 1.0
+#: methods ``run_isolated`` accepts
+METHODS = ("spawn", "forkserver")
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+class ChildHandle(Protocol):
+    pid: int
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Popen-style return code (negative: killed by that signal), or None if still running."""
+
+
+class Launcher(Protocol):
+    name: str
+
+    def start(self, workdir: Path, env: dict[str, str], cwd: str) -> ChildHandle: ...
+
+
+class _PopenHandle:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+
+    def wait(self, timeout: float | None) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class SpawnLauncher:
+    """A fresh interpreter per child: slowest, and the only choice once a device is live here."""
+
+    name = "spawn"
+
+    def start(self, workdir: Path, env: dict[str, str], cwd: str) -> ChildHandle:
+        code = (
+            f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
+            f"from harness.child import main; main({str(workdir)!r})"
+        )
+        with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
+        return _PopenHandle(proc)
+
+
+def get_launcher(method: str) -> Launcher:
+    if method == "spawn":
+        return SpawnLauncher()
+    if method == "forkserver":
+        from harness.forkserver import get_forkserver_launcher
+
+        return get_forkserver_launcher()
+    raise ValueError(f"unknown isolation method {method!r}: use one of {', '.join(METHODS)}")
+
+
+def child_environ(env: Mapping[str, str | None] | None) -> dict[str, str]:
+    """The parent's environment with ``env`` applied (None removes a variable)."""
+    out = dict(os.environ)
+    for key, value in (env or {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = str(value)
+    out["HARNESS_CHILD"] = "1"
+    return out
+
+
+def _is_test_module(name: str) -> bool:
+    base = name.rpartition(".")[2]
+    return base.startswith("test_") or base.endswith("_test") or base == "conftest"
+
+
+def _by_value_modules(fn: Callable[..., Any]) -> list[Any]:
+    """Modules to ship by value: test files (keeps pytest's assertion rewriting and needs no
+    import in the child) and anything the child could not import by name."""
+    name = getattr(fn, "__module__", None)
+    module = sys.modules.get(name or "")
+    if module is None or name == "__main__":
+        return []
+    try:
+        importable = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        importable = False
+    return [module] if _is_test_module(name) or not importable else []
+
+
+def _code_reduce_keeping_filename(code: types.CodeType) -> Any:
+    """cloudpickle >= 3 writes every shipped code object's file as ``<dynamic-code>``; put the
+    real file back so the child's tracebacks and stacks name the test file and its lines."""
+    rebuild, args = cloudpickle.Pickler.dispatch_table[types.CodeType](code)
+    args = tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+    return rebuild, args
+
+
+class _Pickler(cloudpickle.Pickler):
+    dispatch_table = collections.ChainMap(
+        {types.CodeType: _code_reduce_keeping_filename}, cloudpickle.Pickler.dispatch_table
+    )
+
+
+def dump_payload(payload: dict[str, Any]) -> bytes:
+    """cloudpickle the payload, with a clear error naming what cannot travel."""
+    modules = _by_value_modules(payload["fn"])
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        buf = io.BytesIO()
+        _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(payload)
+        return buf.getvalue()
+    except Exception as exc:
+        raise TypeError(
+            f"cannot send {payload['fn']!r} and its arguments to an isolated child: {exc}. "
+            "Everything passed to run_isolated must be picklable by cloudpickle."
+        ) from exc
+    finally:
+        for module in modules:
+            with contextlib.suppress(ValueError):
+                cloudpickle.unregister_pickle_by_value(module)
+
+
+def _read_tail(path: Path, limit: int = OUTPUT_LIMIT) -> str:
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    if size > limit:
+        text = f"[... {size - limit} earlier bytes dropped ...]\n" + text
+    return text
+
+
+def _request_stack(pid: int, workdir: Path) -> str:
+    """Ask the child's faulthandler for every thread's stack and wait for it to be written."""
+    path = workdir / "stack.txt"
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, STACK_SIGNAL)
+    deadline = time.monotonic() + STACK_WAIT_S
+    last = -1
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        size = path.stat().st_size if path.exists() else 0
+        if size and size == last:
+            break
+        last = size
+    text = _read_tail(path)
+    if not text:
+        return f"(no stack: the child did not answer {STACK_SIGNAL.name} within {STACK_WAIT_S:g} s)"
+    return text
+
+
+def _load_result(workdir: Path, token: str, res: IsolatedResult) -> bool:
+    """Fill ``res`` from result.pkl; False if the child never wrote a result for this token."""
+    path = workdir / "result.pkl"
+    if not path.exists():
+        return False
+    data = pickle.loads(path.read_bytes())
+    if data.get("token") != token:
+        return False
+    kind = data["kind"]
+    res.outcome = kind
+    res.message = data.get("message", "")
+    res.traceback = data.get("traceback", "")
+    res.exc_type = data.get("exc_type", "")
+    res.pytrace = data.get("pytrace", True)
+    extras = data.get("extras") or {}
+    res.events = dict(extras.pop("events", None) or {})
+    res.extras = extras
+    try:
+        if kind == "returned":
+            res.value = cloudpickle.loads(data["value"])
+        elif kind == "raised":
+            exc = cloudpickle.loads(data["exception"])
+            exc.add_note(f"--- traceback in isolated child (pid {res.pid}) ---\n{res.traceback}")
+            res.exception = exc
+    except Exception as exc:  # noqa: BLE001 - a class the parent cannot import, say
+        what = "return value" if kind == "returned" else f"exception {res.exc_type}"
+        res.outcome = "error"
+        res.message = (
+            f"the child's {what} could not be rebuilt in the parent ({type(exc).__name__}: "
+            f"{exc})" + (f"; its message was: {res.message}" if res.message else "")
+        )
+    return True
+
+
+def isolate(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = 180.0,
+    env: Mapping[str, str | None] | None = None,
+    method: str = "spawn",
+    contexts: Mapping[str, Callable[[], ContextManager[Any]]] | None = None,
+    cwd: str | None = None,
+) -> IsolatedResult:
+    """Run ``fn(*args, **kwargs)`` once in a fresh process; never raises for how it ended.
+
+    ``contexts`` are entered in the child around fn; what each yields (filled in by the time
+    it exits) comes back in ``result.extras`` under its key (``events`` -> ``result.events``).
+    """
+    launcher = get_launcher(method)
+    token = secrets.token_hex(16)
+    payload = dump_payload(
+        {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs or {}),
+         "contexts": dict(contexts or {})}
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="npu-regress-"))
+    res = IsolatedResult(method=launcher.name, timeout=timeout)
+    handle: ChildHandle | None = None
+    tracked: dict[int, psutil.Process] = {}
+    try:
+        (workdir / "meta.json").write_text(
+            json.dumps({"sys_path": [p for p in sys.path if isinstance(p, str)], "token": token})
+        )
+        (workdir / "payload.pkl").write_bytes(payload)
+        start = time.monotonic()
+        handle = launcher.start(workdir, child_environ(env), cwd or os.getcwd())
+        res.pid = handle.pid
+        reaper.register(handle.pid)
+        deadline = start + timeout
+        rc: int | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            rc = handle.wait(min(remaining, TRACK_INTERVAL_S))
+            if rc is not None:
+                break
+            tracked.update((p.pid, p) for p in reaper.descendants(handle.pid))
+        res.duration = time.monotonic() - start
+        if rc is None:
+            res.outcome = "timeout"
+            res.stack = _request_stack(handle.pid, workdir)
+            tracked.update((p.pid, p) for p in reaper.descendants(handle.pid))
+            reaper.end_session(handle.pid, list(tracked.values()))
+            rc = handle.wait(reaper.TERM_GRACE_S)
+        res.exitcode = rc
+        if rc is not None and rc < 0:
+            res.signal = -rc
+        if res.outcome != "timeout" and not _load_result(workdir, token, res):
+            res.outcome = "crashed"
+            res.stack = _read_tail(workdir / "crash.txt")
+        res.stdout = _read_tail(workdir / "stdout")
+        res.stderr = _read_tail(workdir / "stderr")
+        return res
+    finally:
+        if handle is not None:
+            if handle.wait(0) is None:  # interrupted (Ctrl-C) while the child ran
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(handle.pid, signal.SIGKILL)
+                handle.wait(reaper.TERM_GRACE_S)
+            reaper.end_session(handle.pid, list(tracked.values()))
+            reaper.unregister(handle.pid)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_isolated(
+    fn: Callable[..., Any],
+    *args: Any,
+    timeout: float = 180.0,
+    env: Mapping[str, str | None] | None = None,
+    method: str = "spawn",
+    **kwargs: Any,
+) -> IsolatedResult:
+    """Run ``fn(*args, **kwargs)`` once in a fresh process and return its ``IsolatedResult``.
+
+    Raises what the child raised (rebuilt, with the child's traceback as a note), the same
+    pytest outcome for skip / xfail / fail, ``ChildCrashed`` for a signal or an early exit,
+    ``ChildTimeout`` (with the stacks) at ``timeout``, and ``ChildError`` for anything that
+    cannot be rebuilt. Nothing the child started survives the call.
+    """
+    return isolate(fn, args, kwargs, timeout=timeout, env=env, method=method).raise_for_outcome()

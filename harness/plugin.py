@@ -1,0 +1,198 @@
+"""The pytest plugin: options, markers, the ``run_on_npu`` fixture and the report header.
+
+Registered through the ``pytest11`` entry point ``npu_regress``: installing npu-regress is
+enough. Data flows one way: a test calls ``run_on_npu`` -> ``harness.isolation.isolate`` ->
+child -> ``IsolatedResult`` -> report sections and properties on the test's report.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from harness import DEVICE_ENV, reaper
+from harness.devices import KINDS, DeviceError, DeviceInfo, detect, pinning_env
+from harness.isolation import isolate
+from harness.result import IsolatedResult
+
+DEFAULT_TIMEOUT_S = 180.0
+
+
+@dataclass
+class HarnessSession:
+    """What the plugin decided for this pytest session."""
+
+    device: DeviceInfo
+    timeout: float
+    method: str = "spawn"
+    worker_id: str | None = None
+    _previous_sigterm: Any = field(default=None, repr=False)
+
+    def child_env(self) -> dict[str, str | None]:
+        env: dict[str, str | None] = {DEVICE_ENV: self.device.kind}
+        env.update(pinning_env(self.device.kind, self.device.count, self.worker_id))
+        return env
+
+
+SESSION_KEY = pytest.StashKey[HarnessSession]()
+#: every IsolatedResult a test produced, in order (for the report layer)
+RESULTS_KEY = pytest.StashKey[list[IsolatedResult]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("npu-regress", "npu-regress: isolated hardware-regression checks")
+    group.addoption(
+        "--device", dest="harness_device", choices=("auto", *KINDS), default=None,
+        help="device the isolated children run on: auto (NPU if torch_npu sees one, else "
+        "CUDA, else CPU), npu, cuda or cpu. Default: ini harness_device, else auto.",
+    )
+    group.addoption(
+        "--device-count", dest="harness_device_count", type=int, default=None, metavar="N",
+        help="number of devices to spread xdist workers over (worker k -> device k mod N), "
+        "instead of the detected count; also skips the availability probe for --device.",
+    )
+    group.addoption(
+        "--isolation-timeout", dest="harness_isolation_timeout", type=float, default=None,
+        metavar="SECONDS",
+        help="seconds an isolated child may run before its stacks are taken and its process "
+        "group is ended. Default: ini harness_isolation_timeout, else 180. Per test: "
+        "@pytest.mark.isolation_timeout(seconds).",
+    )
+    parser.addini("harness_device", "default for --device", default="auto")
+    parser.addini("harness_isolation_timeout", "default for --isolation-timeout",
+                  default=str(DEFAULT_TIMEOUT_S))
+
+
+def _option(config: pytest.Config, name: str) -> Any:
+    value = config.getoption(name)
+    return config.getini(name) if value is None else value
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "npu: needs a real Ascend NPU; skipped elsewhere, the reason naming what is missing"
+    )
+    config.addinivalue_line(
+        "markers", "device(*kinds): run only when the session device is one of kinds (npu, cuda, cpu)"
+    )
+    config.addinivalue_line(
+        "markers", "isolation_timeout(seconds): timeout for this test's isolated children"
+    )
+    workerinput = getattr(config, "workerinput", None)
+    try:
+        if workerinput and "harness_device" in workerinput:
+            device = DeviceInfo.from_dict(workerinput["harness_device"])
+        else:
+            device = detect(_option(config, "harness_device"),
+                            config.getoption("harness_device_count"))
+        timeout = float(_option(config, "harness_isolation_timeout"))
+    except DeviceError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    except ValueError as exc:
+        raise pytest.UsageError(f"harness_isolation_timeout must be a number of seconds: {exc}") from None
+    session = HarnessSession(
+        device=device, timeout=timeout,
+        worker_id=workerinput.get("workerid") if workerinput else None,
+    )
+    config.stash[SESSION_KEY] = session
+    _install_sigterm(session)
+
+
+def pytest_configure_node(node: Any) -> None:
+    """xdist controller: hand the detected device to the workers instead of probing N times."""
+    session = node.config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        node.workerinput["harness_device"] = session.device.to_dict()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    reaper.end_all_live()
+    if session is not None and session._previous_sigterm is not None:
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, session._previous_sigterm)
+
+
+def _install_sigterm(session: HarnessSession) -> None:
+    """On SIGTERM, end every running child's process group before pytest dies."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        reaper.end_all_live()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    session._previous_sigterm = previous
+
+
+atexit.register(reaper.end_all_live)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return []
+    return [session.device.header() + f"; isolation={session.method}, timeout {session.timeout:g} s"]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    session = item.config.stash[SESSION_KEY]
+    if item.get_closest_marker("npu") and session.device.npu_missing:
+        pytest.skip(f"needs a real NPU: {session.device.npu_missing}")
+    marker = item.get_closest_marker("device")
+    if marker and session.device.kind not in marker.args:
+        pytest.skip(
+            f"runs only on {', '.join(marker.args)}; the session device is "
+            f"{session.device.kind} ({session.device.reason})"
+        )
+
+
+def attach_result(item: pytest.Item, res: IsolatedResult) -> None:
+    """Put a child's output and ending on the test's report (sections and properties)."""
+    results = item.stash.setdefault(RESULTS_KEY, [])
+    results.append(res)
+    label = f"isolated child #{len(results)} (pid {res.pid}, {res.method})"
+    for name, text in (("stdout", res.stdout), ("stderr", res.stderr)):
+        if text:
+            item.add_report_section("call", f"{label} {name}", text)
+    item.user_properties.append(("isolation", res.summary()))
+
+
+@pytest.fixture
+def run_on_npu(request: pytest.FixtureRequest) -> Callable[..., IsolatedResult]:
+    """Run ``fn(*args, **kwargs)`` in a fresh process on the session's device.
+
+    Returns the ``IsolatedResult``; raises what the child raised, keeps skip / xfail / fail,
+    and raises ``ChildCrashed`` / ``ChildTimeout`` / ``ChildError`` otherwise. Inside the child
+    ``harness.device()`` is the session's ``torch.device``.
+    """
+    session = request.config.stash[SESSION_KEY]
+    marker = request.node.get_closest_marker("isolation_timeout")
+    default_timeout = float(marker.args[0]) if marker else session.timeout
+
+    def run(fn: Callable[..., Any], *args: Any, env: Mapping[str, str | None] | None = None,
+            timeout: float | None = None, **kwargs: Any) -> IsolatedResult:
+        res = isolate(
+            fn, args, kwargs,
+            timeout=default_timeout if timeout is None else timeout,
+            env={**session.child_env(), **(env or {})},
+            method=session.method,
+        )
+        attach_result(request.node, res)
+        return res.raise_for_outcome()
+
+    return run

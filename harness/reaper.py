@@ -1,0 +1,98 @@
+"""Ending a child and everything it started.
+
+Each isolated child leads its own session (and so its own process group). Anything it
+starts stays in that session unless it calls ``setsid`` itself, and the kernel never hands a
+session id to a new process while any member lives, so "every process whose session id is
+the child's pid" is exactly what the child left behind, even after the child itself is gone.
+We add the child's live descendants (psutil) for the ones that changed session.
+
+The registry of live children lets the plugin end them all when pytest itself is
+interrupted (Ctrl-C, SIGTERM) instead of leaving them holding NPU memory and ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+
+import psutil
+
+#: grace between SIGTERM and SIGKILL when ending a child's group
+TERM_GRACE_S = 3.0
+
+_live: set[int] = set()
+_live_lock = threading.Lock()
+
+
+def register(sid: int) -> None:
+    with _live_lock:
+        _live.add(sid)
+
+
+def unregister(sid: int) -> None:
+    with _live_lock:
+        _live.discard(sid)
+
+
+def live_sessions() -> list[int]:
+    with _live_lock:
+        return sorted(_live)
+
+
+def members(sid: int, extra: list[psutil.Process] | None = None) -> list[psutil.Process]:
+    """Processes in session ``sid`` or process group ``sid``, plus ``extra`` still alive."""
+    found: dict[int, psutil.Process] = {}
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        try:
+            if os.getsid(proc.pid) == sid or os.getpgid(proc.pid) == sid:
+                found[proc.pid] = proc
+        except (ProcessLookupError, PermissionError):
+            continue
+    for proc in extra or ():
+        with contextlib.suppress(psutil.Error):
+            if proc.is_running() and proc.pid != me:
+                found.setdefault(proc.pid, proc)
+    return list(found.values())
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def end_session(sid: int, extra: list[psutil.Process] | None = None,
+                grace: float = TERM_GRACE_S) -> list[int]:
+    """SIGTERM every member, wait ``grace`` seconds, SIGKILL the rest; return pids ended."""
+    procs = members(sid, extra)
+    if not procs:
+        return []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGTERM)
+    _gone, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace)
+    # Members that were forking while we signalled may have left new ones behind.
+    late = members(sid)
+    for proc in late:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(late, timeout=grace)
+    return [p.pid for p in procs + late]
+
+
+def end_all_live(grace: float = 1.0) -> None:
+    """End every registered child session: used when pytest itself is interrupted."""
+    for sid in live_sessions():
+        with contextlib.suppress(Exception):
+            end_session(sid, descendants(sid), grace=grace)
+        unregister(sid)

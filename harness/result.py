@@ -1,0 +1,160 @@
+"""What comes back from an isolated child, and the exceptions that carry it.
+
+Every way a child can end maps to exactly one ``IsolatedResult.outcome``; ``raise_for_outcome``
+turns that into what the caller (a test) sees. Keeping the mapping here, in one place, means
+``run_isolated``, the ``run_on_npu`` fixture and the reports all agree on it.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Outcomes a child run can have. ``returned`` is the only one that yields a value.
+OUTCOMES = ("returned", "raised", "skip", "xfail", "fail", "crashed", "timeout", "error")
+
+
+def signal_name(signum: int | None) -> str | None:
+    """``SIGSEGV`` for 11; ``None`` for ``None``; ``SIG<n>`` for numbers Python does not know."""
+    if signum is None:
+        return None
+    try:
+        return _signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
+
+
+@dataclass
+class IsolatedResult:
+    """Everything one isolated run produced, whatever its outcome."""
+
+    value: Any = None
+    stdout: str = ""
+    stderr: str = ""
+    exitcode: int | None = None
+    pid: int | None = None
+    duration: float = 0.0
+    events: dict[str, int] = field(default_factory=dict)
+    #: one of ``OUTCOMES``
+    outcome: str = "error"
+    method: str = "spawn"
+    #: signal number that ended the child, if any
+    signal: int | None = None
+    #: the child's formatted traceback (raised / error outcomes)
+    traceback: str = ""
+    #: Python stacks faulthandler printed (crash) or that we asked for (timeout)
+    stack: str = ""
+    #: message for skip / xfail / fail / error outcomes
+    message: str = ""
+    #: whether pytest.fail in the child asked for a Python traceback
+    pytrace: bool = True
+    #: the exception object rebuilt in the parent (``raised`` outcome)
+    exception: BaseException | None = field(default=None, repr=False)
+    #: fully qualified type name of the child's exception
+    exc_type: str = ""
+    timeout: float | None = None
+    #: free-form extras from child-side plugins (hardware spoof, logprob reports...)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def signame(self) -> str | None:
+        return signal_name(self.signal)
+
+    def summary(self) -> str:
+        """One line for reports: how the child ended."""
+        if self.outcome == "crashed":
+            if self.signal is not None:
+                return f"crashed: killed by {self.signame} (pid {self.pid})"
+            return f"crashed: exited with code {self.exitcode} before returning a result"
+        if self.outcome == "timeout":
+            return f"timeout: still running after {self.timeout:g} s (pid {self.pid})"
+        if self.outcome == "raised":
+            return f"raised {self.exc_type}"
+        return self.outcome
+
+    def raise_for_outcome(self) -> IsolatedResult:
+        """Return self if fn returned; otherwise raise what the child's ending means."""
+        import pytest  # deferred: the child side must not need pytest to build results
+
+        if self.outcome == "returned":
+            return self
+        if self.outcome == "skip":
+            pytest.skip(self.message)
+        if self.outcome == "xfail":
+            pytest.xfail(self.message)
+        if self.outcome == "fail":
+            pytest.fail(self.message, pytrace=self.pytrace)
+        if self.outcome == "raised" and self.exception is not None:
+            raise self.exception
+        if self.outcome == "crashed":
+            raise ChildCrashed(self)
+        if self.outcome == "timeout":
+            raise ChildTimeout(self)
+        raise ChildError(self)
+
+
+def _tail(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else "[...]\n" + text[-limit:]
+
+
+class IsolationError(Exception):
+    """Base of every error that says how an isolated child ended badly."""
+
+    def __init__(self, result: IsolatedResult, message: str) -> None:
+        super().__init__(message)
+        self.result = result
+
+    @property
+    def pid(self) -> int | None:
+        return self.result.pid
+
+    @property
+    def stderr(self) -> str:
+        return self.result.stderr
+
+
+class ChildError(IsolationError):
+    """The child raised something that could not be rebuilt here, or the run itself broke."""
+
+    def __init__(self, result: IsolatedResult) -> None:
+        self.type_name = result.exc_type
+        self.traceback_text = result.traceback
+        msg = result.message or "isolated child failed"
+        if result.traceback:
+            msg += "\n--- traceback in isolated child (pid %s) ---\n%s" % (
+                result.pid,
+                result.traceback.rstrip(),
+            )
+        super().__init__(result, msg)
+
+
+class ChildCrashed(IsolationError):
+    """The child died from a signal, or exited before handing back a result."""
+
+    def __init__(self, result: IsolatedResult) -> None:
+        self.signal = result.signal
+        self.signame = result.signame
+        self.exitcode = result.exitcode
+        parts = [f"isolated child {result.summary().removeprefix('crashed: ')}"]
+        if result.stack:
+            parts.append("--- Python stack (faulthandler) ---\n" + result.stack.rstrip())
+        if result.stderr:
+            parts.append("--- stderr tail ---\n" + _tail(result.stderr).rstrip())
+        super().__init__(result, "\n".join(parts))
+
+
+class ChildTimeout(IsolationError):
+    """The child was still running at its timeout; its stacks were taken, then its group ended."""
+
+    def __init__(self, result: IsolatedResult) -> None:
+        self.stack = result.stack
+        self.timeout = result.timeout
+        parts = [
+            f"isolated child (pid {result.pid}) still running after {result.timeout:g} s; "
+            "its process group was ended"
+        ]
+        parts.append("--- Python stacks of all threads at timeout ---\n" + (result.stack.rstrip() or "(none captured)"))
+        if result.stderr:
+            parts.append("--- stderr tail ---\n" + _tail(result.stderr).rstrip())
+        super().__init__(result, "\n".join(parts))
