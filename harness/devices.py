@@ -140,7 +140,8 @@ def detect(requested: str = "auto", count_override: int | None = None) -> Device
         kind, reason = requested, f"--device {requested}"
         count = {"npu": npu_count, "cuda": cuda_count, "cpu": 1}[kind]
         if count_override is None and count == 0:
-            why = npu_missing if kind == "npu" else info.get("cuda_error", "torch sees no CUDA device")
+            why = (npu_missing if kind == "npu"
+                   else info.get("cuda_error", "torch sees no CUDA device"))
             raise DeviceError(f"--device {kind} was requested but {why}; use --device auto or cpu")
     if count_override is not None:
         count = count_override

@@ -27,8 +27,9 @@ import tempfile
 import time
 import types
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ContextManager, Protocol
+from typing import Any, Protocol
 
 import cloudpickle
 import psutil
@@ -248,7 +249,7 @@ def isolate(
     timeout: float = 180.0,
     env: Mapping[str, str | None] | None = None,
     method: str = "spawn",
-    contexts: Mapping[str, Callable[[], ContextManager[Any]]] | None = None,
+    contexts: Mapping[str, Callable[[], AbstractContextManager[Any]]] | None = None,
     cwd: str | None = None,
 ) -> IsolatedResult:
     """Run ``fn(*args, **kwargs)`` once in a fresh process; never raises for how it ended.
@@ -327,4 +328,5 @@ def run_isolated(
     ``ChildTimeout`` (with the stacks) at ``timeout``, and ``ChildError`` for anything that
     cannot be rebuilt. Nothing the child started survives the call.
     """
+    __tracebackhide__ = True
     return isolate(fn, args, kwargs, timeout=timeout, env=env, method=method).raise_for_outcome()

@@ -78,10 +78,12 @@ def _option(config: pytest.Config, name: str) -> Any:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "npu: needs a real Ascend NPU; skipped elsewhere, the reason naming what is missing"
+        "markers",
+        "npu: needs a real Ascend NPU; skipped elsewhere, the reason naming what is missing",
     )
     config.addinivalue_line(
-        "markers", "device(*kinds): run only when the session device is one of kinds (npu, cuda, cpu)"
+        "markers",
+        "device(*kinds): run only when the session device is one of kinds (npu, cuda, cpu)",
     )
     config.addinivalue_line(
         "markers", "isolation_timeout(seconds): timeout for this test's isolated children"
@@ -97,7 +99,9 @@ def pytest_configure(config: pytest.Config) -> None:
     except DeviceError as exc:
         raise pytest.UsageError(str(exc)) from None
     except ValueError as exc:
-        raise pytest.UsageError(f"harness_isolation_timeout must be a number of seconds: {exc}") from None
+        raise pytest.UsageError(
+            f"harness_isolation_timeout must be a number of seconds: {exc}"
+        ) from None
     session = HarnessSession(
         device=device, timeout=timeout,
         worker_id=workerinput.get("workerid") if workerinput else None,
@@ -146,7 +150,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         return []
-    return [session.device.header() + f"; isolation={session.method}, timeout {session.timeout:g} s"]
+    isolation = f"; isolation={session.method}, timeout {session.timeout:g} s"
+    return [session.device.header() + isolation]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -186,6 +191,7 @@ def run_on_npu(request: pytest.FixtureRequest) -> Callable[..., IsolatedResult]:
 
     def run(fn: Callable[..., Any], *args: Any, env: Mapping[str, str | None] | None = None,
             timeout: float | None = None, **kwargs: Any) -> IsolatedResult:
+        __tracebackhide__ = True
         res = isolate(
             fn, args, kwargs,
             timeout=default_timeout if timeout is None else timeout,

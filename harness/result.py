@@ -77,10 +77,12 @@ class IsolatedResult:
         """Return self if fn returned; otherwise raise what the child's ending means."""
         import pytest  # deferred: the child side must not need pytest to build results
 
+        __tracebackhide__ = True
         if self.outcome == "returned":
             return self
         if self.outcome == "skip":
-            pytest.skip(self.message)
+            # reported at the test's location, not at this line
+            raise pytest.skip.Exception(self.message, _use_item_location=True)
         if self.outcome == "xfail":
             pytest.xfail(self.message)
         if self.outcome == "fail":
@@ -122,10 +124,8 @@ class ChildError(IsolationError):
         self.traceback_text = result.traceback
         msg = result.message or "isolated child failed"
         if result.traceback:
-            msg += "\n--- traceback in isolated child (pid %s) ---\n%s" % (
-                result.pid,
-                result.traceback.rstrip(),
-            )
+            msg += f"\n--- traceback in isolated child (pid {result.pid}) ---\n"
+            msg += result.traceback.rstrip()
         super().__init__(result, msg)
 
 
@@ -154,7 +154,13 @@ class ChildTimeout(IsolationError):
             f"isolated child (pid {result.pid}) still running after {result.timeout:g} s; "
             "its process group was ended"
         ]
-        parts.append("--- Python stacks of all threads at timeout ---\n" + (result.stack.rstrip() or "(none captured)"))
+        stack = result.stack.rstrip() or "(none captured)"
+        parts.append("--- Python stacks of all threads at timeout ---\n" + stack)
         if result.stderr:
             parts.append("--- stderr tail ---\n" + _tail(result.stderr).rstrip())
         super().__init__(result, "\n".join(parts))
+
+
+# Shown as harness.ChildCrashed etc. in tracebacks: the public names users import.
+for _cls in (IsolatedResult, IsolationError, ChildError, ChildCrashed, ChildTimeout):
+    _cls.__module__ = "harness"

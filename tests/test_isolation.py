@@ -10,12 +10,12 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 import harness
 from harness import ChildCrashed, ChildError, ChildTimeout, IsolationError, run_isolated
 from harness.isolation import OUTPUT_LIMIT, isolate
+from tests.process_checks import assert_gone, read_pids, start_grandchild
 
 
 @pytest.fixture(params=["spawn"])
@@ -31,28 +31,6 @@ class Unpicklable(Exception):
     def __init__(self, msg: str) -> None:
         super().__init__(msg)
         self.lock = threading.Lock()
-
-
-def assert_gone(pids: list[int]) -> None:
-    """Every pid has exited (a zombie awaiting its reaper counts as gone)."""
-    for pid in pids:
-        try:
-            status = psutil.Process(pid).status()
-        except psutil.NoSuchProcess:
-            continue
-        assert status == psutil.STATUS_ZOMBIE, f"pid {pid} survived the call ({status})"
-
-
-def start_grandchild(pidfile: str, *, new_session: bool = False) -> int:
-    """In the child: start a long sleeper and write its pid where the test can read it."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                            start_new_session=new_session)
-    Path(pidfile).write_text(f"{os.getpid()} {proc.pid}")
-    return proc.pid
-
-
-def read_pids(pidfile: Path) -> list[int]:
-    return [int(p) for p in pidfile.read_text().split()]
 
 
 # --- values -----------------------------------------------------------------------------
@@ -192,7 +170,7 @@ def test_early_exit_is_a_crash_with_the_code(method: str, how: str, code: int) -
 
 # --- timeouts and leftovers -------------------------------------------------------------
 
-def test_timeout_takes_stacks_of_all_threads_then_ends_the_group(method: str, tmp_path: Path) -> None:
+def test_timeout_takes_all_stacks_then_ends_the_group(method: str, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
 
     def hang() -> None:
@@ -276,7 +254,8 @@ class _SilentLauncher:
     def start(self, workdir: Path, env: dict[str, str], cwd: str):  # type: ignore[no-untyped-def]
         from harness.isolation import _PopenHandle
 
-        return _PopenHandle(subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True))
+        proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+        return _PopenHandle(proc)
 
 
 def test_child_that_never_ran_fn_cannot_pass(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -285,7 +264,7 @@ def test_child_that_never_ran_fn_cannot_pass(monkeypatch: pytest.MonkeyPatch) ->
         run_isolated(double, 1)
 
 
-def test_result_with_a_stale_token_is_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_result_with_a_stale_token_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     """A result file not written for this run (wrong token) is never taken as a pass."""
     import harness.isolation as iso
 
