@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import types
+import warnings
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -45,7 +46,7 @@ STACK_WAIT_S = 3.0
 #: how often the parent notes the child's descendants while it runs
 TRACK_INTERVAL_S = 1.0
 #: methods ``run_isolated`` accepts
-METHODS = ("spawn", "forkserver")
+METHODS = ("spawn", "forkserver", "auto")
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -99,13 +100,28 @@ class SpawnLauncher:
         return _PopenHandle(proc)
 
 
+_auto_warned = False
+
+
 def get_launcher(method: str) -> Launcher:
+    """``spawn``, ``forkserver`` (this process's shared server, default preload), or ``auto``:
+    the forkserver, else spawn with one warning that says why."""
+    global _auto_warned
     if method == "spawn":
         return SpawnLauncher()
-    if method == "forkserver":
-        from harness.forkserver import get_forkserver_launcher
+    if method in ("forkserver", "auto"):
+        from harness.forkserver import ForkServerUnavailable, get_forkserver_launcher
 
-        return get_forkserver_launcher()
+        try:
+            return get_forkserver_launcher()
+        except ForkServerUnavailable as exc:
+            if method == "forkserver":
+                raise
+            if not _auto_warned:
+                _auto_warned = True
+                warnings.warn(f"npu-regress: forkserver unavailable, isolating with spawn: {exc}",
+                              RuntimeWarning, stacklevel=2)
+            return SpawnLauncher()
     raise ValueError(f"unknown isolation method {method!r}: use one of {', '.join(METHODS)}")
 
 
@@ -251,13 +267,15 @@ def isolate(
     method: str = "spawn",
     contexts: Mapping[str, Callable[[], AbstractContextManager[Any]]] | None = None,
     cwd: str | None = None,
+    launcher: Launcher | None = None,
 ) -> IsolatedResult:
     """Run ``fn(*args, **kwargs)`` once in a fresh process; never raises for how it ended.
 
     ``contexts`` are entered in the child around fn; what each yields (filled in by the time
     it exits) comes back in ``result.extras`` under its key (``events`` -> ``result.events``).
+    ``launcher`` (the plugin's own) overrides ``method``.
     """
-    launcher = get_launcher(method)
+    launcher = launcher or get_launcher(method)
     token = secrets.token_hex(16)
     payload = dump_payload(
         {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs or {}),

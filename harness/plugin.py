@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,10 +21,12 @@ import pytest
 
 from harness import DEVICE_ENV, reaper
 from harness.devices import KINDS, DeviceError, DeviceInfo, detect, pinning_env
-from harness.isolation import isolate
+from harness.forkserver import DEFAULT_PRELOAD, ForkServerLauncher, ForkServerUnavailable
+from harness.isolation import Launcher, SpawnLauncher, isolate
 from harness.result import IsolatedResult
 
 DEFAULT_TIMEOUT_S = 180.0
+ISOLATION_CHOICES = ("auto", "spawn", "forkserver")
 
 
 @dataclass
@@ -32,14 +35,49 @@ class HarnessSession:
 
     device: DeviceInfo
     timeout: float
-    method: str = "spawn"
+    #: requested isolation: auto, spawn or forkserver
+    method: str = "auto"
+    preload: tuple[str, ...] = DEFAULT_PRELOAD
     worker_id: str | None = None
+    _launcher: Launcher | None = field(default=None, repr=False)
+    _server: ForkServerLauncher | None = field(default=None, repr=False)
     _previous_sigterm: Any = field(default=None, repr=False)
+
+    def launcher(self) -> Launcher:
+        """The session's launcher, chosen at first use: an ``auto`` session that cannot get
+        a forkserver falls back to spawn with one warning naming the reason; an explicit
+        ``forkserver`` session fails each isolated test with that reason."""
+        if self._launcher is not None:
+            return self._launcher
+        if self.method == "spawn":
+            self._launcher = SpawnLauncher()
+            return self._launcher
+        try:
+            if self._server is None:
+                self._server = ForkServerLauncher(self.preload)
+            self._server.ensure_ready()
+            self._launcher = self._server
+        except ForkServerUnavailable as exc:
+            if self.method == "forkserver":
+                pytest.fail(f"--isolation forkserver: the forkserver is unavailable: {exc}",
+                            pytrace=False)
+            warnings.warn(HarnessWarning(
+                f"forkserver unavailable, isolating with spawn instead: {exc}"), stacklevel=1)
+            self._launcher = SpawnLauncher()
+        return self._launcher
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
 
     def child_env(self) -> dict[str, str | None]:
         env: dict[str, str | None] = {DEVICE_ENV: self.device.kind}
         env.update(pinning_env(self.device.kind, self.device.count, self.worker_id))
         return env
+
+
+class HarnessWarning(pytest.PytestWarning):
+    """Something about the harness's own set-up that a run's reader should know."""
 
 
 SESSION_KEY = pytest.StashKey[HarnessSession]()
@@ -66,7 +104,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "group is ended. Default: ini harness_isolation_timeout, else 180. Per test: "
         "@pytest.mark.isolation_timeout(seconds).",
     )
+    group.addoption(
+        "--isolation", dest="harness_isolation", choices=ISOLATION_CHOICES, default=None,
+        help="how isolated children start: forkserver (forked from a server that preloaded "
+        "torch: ~ms per check; env vars read at import time are fixed), spawn (a fresh "
+        "interpreter per check), or auto (forkserver, else spawn with a warning). "
+        "Default: ini harness_isolation, else auto.",
+    )
+    group.addoption(
+        "--isolation-preload", dest="harness_isolation_preload", default=None,
+        metavar="MODULES",
+        help="comma-separated modules the forkserver imports before serving. Default: ini "
+        f"harness_isolation_preload, else {','.join(DEFAULT_PRELOAD)}.",
+    )
     parser.addini("harness_device", "default for --device", default="auto")
+    parser.addini("harness_isolation", "default for --isolation", default="auto")
+    parser.addini("harness_isolation_preload", "default for --isolation-preload",
+                  default=",".join(DEFAULT_PRELOAD))
     parser.addini("harness_isolation_timeout", "default for --isolation-timeout",
                   default=str(DEFAULT_TIMEOUT_S))
 
@@ -96,6 +150,12 @@ def pytest_configure(config: pytest.Config) -> None:
             device = detect(_option(config, "harness_device"),
                             config.getoption("harness_device_count"))
         timeout = float(_option(config, "harness_isolation_timeout"))
+        method = _option(config, "harness_isolation")
+        if method not in ISOLATION_CHOICES:
+            raise pytest.UsageError(
+                f"harness_isolation = {method!r}: use one of {', '.join(ISOLATION_CHOICES)}")
+        preload = tuple(m.strip() for m in
+                        _option(config, "harness_isolation_preload").split(",") if m.strip())
     except DeviceError as exc:
         raise pytest.UsageError(str(exc)) from None
     except ValueError as exc:
@@ -103,7 +163,7 @@ def pytest_configure(config: pytest.Config) -> None:
             f"harness_isolation_timeout must be a number of seconds: {exc}"
         ) from None
     session = HarnessSession(
-        device=device, timeout=timeout,
+        device=device, timeout=timeout, method=method, preload=preload,
         worker_id=workerinput.get("workerid") if workerinput else None,
     )
     config.stash[SESSION_KEY] = session
@@ -120,6 +180,8 @@ def pytest_configure_node(node: Any) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     reaper.end_all_live()
+    if session is not None:
+        session.close()
     if session is not None and session._previous_sigterm is not None:
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGTERM, session._previous_sigterm)
@@ -196,7 +258,7 @@ def run_on_npu(request: pytest.FixtureRequest) -> Callable[..., IsolatedResult]:
             fn, args, kwargs,
             timeout=default_timeout if timeout is None else timeout,
             env={**session.child_env(), **(env or {})},
-            method=session.method,
+            launcher=session.launcher(),
         )
         attach_result(request.node, res)
         return res.raise_for_outcome()

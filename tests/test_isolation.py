@@ -18,7 +18,7 @@ from harness.isolation import OUTPUT_LIMIT, isolate
 from tests.process_checks import assert_gone, read_pids, start_grandchild
 
 
-@pytest.fixture(params=["spawn"])
+@pytest.fixture(params=["spawn", "forkserver"])
 def method(request: pytest.FixtureRequest) -> str:
     return request.param
 

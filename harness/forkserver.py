@@ -1,0 +1,290 @@
+"""Warm isolation: a server that imported torch once forks each child at fork cost.
+
+The server is a fresh interpreter (spawned, so the pytest process's state never leaks into
+it) that imports the preload list and then verifies that no accelerator was initialised
+(a fork after CUDA or NPU init breaks the child). Each request forks one child, which
+becomes a session leader, takes the request's environment, cwd and output files, and runs
+exactly the same ``harness.child.main`` as a spawned child. The server reports the child's
+pid, then its exit status, over the request's connection; it is single-threaded (SIGCHLD
+wakes its select loop), so no other thread's locks are ever inherited by a child.
+
+Limits: environment variables that a preloaded module reads at import time (for example
+``OMP_NUM_THREADS`` for torch, ``TORCH_DEVICE_BACKEND_AUTOLOAD``) were read by the server;
+a child's ``env`` can no longer change them. Use spawn for such checks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PRELOAD = ("torch", "pytest", "harness")
+START_TIMEOUT_S = 180.0
+
+
+class ForkServerUnavailable(RuntimeError):
+    """The forkserver could not start or refused to serve; the message says why."""
+
+
+# --- server side ------------------------------------------------------------------------
+
+def accelerator_state() -> str | None:
+    """Why forking from here would be unsafe (an initialised CUDA or NPU), or None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_initialized():
+            return "CUDA is initialised in the forkserver"
+    npu = getattr(torch, "npu", None)
+    with contextlib.suppress(Exception):
+        if npu is not None and npu.is_initialized():
+            return "the NPU is initialised in the forkserver"
+    return None
+
+
+def _child_after_fork(req: dict[str, Any], closing: list[Any]) -> None:
+    """In the forked child: detach from the server completely, then run harness.child.main."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for obj in closing:
+            with contextlib.suppress(OSError):
+                obj.close() if hasattr(obj, "close") else os.close(obj)
+        os.setsid()
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        workdir = Path(req["workdir"])
+        null = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(workdir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        err = os.open(workdir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for src, dst in ((null, 0), (out, 1), (err, 2)):
+            os.dup2(src, dst)
+            os.close(src)
+        from harness.child import main
+
+        main(req["workdir"])  # ends with os._exit(0)
+    except SystemExit as exc:  # sys.exit() in fn: exit with its code, as a spawned child would
+        code = exc.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        _flush_and_exit(code or 0)
+    finally:
+        _flush_and_exit(70)  # never fall back into the server loop
+
+
+def _flush_and_exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def serve(sock_path: str, preload: list[str]) -> None:
+    """Entry point of the server process; prints one JSON handshake line on stdout."""
+    import importlib
+
+    from harness.child import _die_with_parent
+
+    _die_with_parent()
+    try:
+        for name in preload:
+            importlib.import_module(name)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
+        print(json.dumps({"error": f"preloading {name!r} failed: {type(exc).__name__}: {exc}"}),
+              flush=True)
+        return
+    bad = accelerator_state()
+    if bad:
+        print(json.dumps({"error": bad + "; forked children would break"}), flush=True)
+        return
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sock_path)
+    listener.listen(64)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
+    waiting: dict[int, socket.socket] = {}
+    while True:
+        try:
+            ready, _, _ = select.select([listener, wake_r], [], [])
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(wake_r, 512):
+                    pass
+        while waiting:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = waiting.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"status": os.waitstatus_to_exitcode(status)})
+                                 .encode() + b"\n")
+                conn.close()
+        if listener in ready:
+            conn, _ = listener.accept()
+            try:
+                req = json.loads(_readline(conn))
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _child_after_fork(req, [listener, wake_r, wake_w, conn, *waiting.values()])
+            waiting[pid] = conn
+            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+
+def _readline(conn: socket.socket) -> bytes:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise OSError("connection closed mid-message")
+        buf += chunk
+    return buf
+
+
+# --- parent side ------------------------------------------------------------------------
+
+class _ForkedHandle:
+    def __init__(self, conn: socket.socket, pid: int) -> None:
+        self.conn = conn
+        self.pid = pid
+        self._rc: int | None = None
+        self._buf = b""
+
+    def wait(self, timeout: float | None) -> int | None:
+        if self._rc is not None:
+            return self._rc
+        self.conn.settimeout(timeout)
+        try:
+            while b"\n" not in self._buf:
+                chunk = self.conn.recv(4096)
+                if not chunk:  # the server died: the child died with it
+                    self._rc = -signal.SIGKILL
+                    return self._rc
+                self._buf += chunk
+        except (TimeoutError, BlockingIOError):
+            return None
+        self._rc = int(json.loads(self._buf.split(b"\n", 1)[0])["status"])
+        self.conn.close()
+        return self._rc
+
+
+class ForkServerLauncher:
+    name = "forkserver"
+
+    def __init__(self, preload: tuple[str, ...] = DEFAULT_PRELOAD) -> None:
+        self.preload = tuple(preload)
+        self._dir = tempfile.mkdtemp(prefix="npu-regress-fs-")
+        self.sock_path = os.path.join(self._dir, "sock")
+        package_root = str(Path(__file__).resolve().parent.parent)
+        code = (
+            f"import sys; sys.path.insert(0, {package_root!r}); "
+            "from harness.forkserver import serve; "
+            f"serve({self.sock_path!r}, {list(self.preload)!r})"
+        )
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in [package_root, *sys.path] if isinstance(p, str) and p))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            env=env, start_new_session=True,
+        )
+        self._error: str | None = None
+        self._ready = False
+        atexit.register(self.close)
+
+    def ensure_ready(self) -> None:
+        """Wait for the server's handshake (it boots while we do other work); raise
+        ``ForkServerUnavailable`` with its reason if it cannot serve."""
+        if not self._ready and self._error is None:
+            line = self._handshake()
+            if "error" in line:
+                self._error = line["error"]
+                self.close()
+            else:
+                self._ready = True
+        if self._error is not None:
+            raise ForkServerUnavailable(self._error)
+        if not self.alive():
+            raise ForkServerUnavailable(f"the forkserver died (exit code {self.proc.returncode})")
+
+    def _handshake(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        timer = threading.Timer(START_TIMEOUT_S, self.proc.kill)
+        timer.start()
+        try:
+            raw = self.proc.stdout.readline()
+        finally:
+            timer.cancel()
+        try:
+            return json.loads(raw)
+        except ValueError:
+            rc = self.proc.wait()
+            return {"error": f"the forkserver exited (code {rc}) before it was ready"}
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def start(self, workdir: Path, env: dict[str, str], cwd: str) -> _ForkedHandle:
+        self.ensure_ready()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(self.sock_path)
+        req = {"workdir": str(workdir), "env": env, "cwd": cwd}
+        conn.sendall(json.dumps(req).encode() + b"\n")
+        reply = json.loads(_readline(conn))
+        return _ForkedHandle(conn, int(reply["pid"]))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        with contextlib.suppress(OSError):
+            os.unlink(self.sock_path)
+            os.rmdir(self._dir)
+
+
+_servers: dict[tuple[tuple[str, ...], int], ForkServerLauncher] = {}
+_servers_lock = threading.Lock()
+
+
+def get_forkserver_launcher(preload: tuple[str, ...] = DEFAULT_PRELOAD) -> ForkServerLauncher:
+    """This process's forkserver for ``preload``, started on first use (and restarted if it
+    died). Raises ``ForkServerUnavailable`` with the reason when it cannot serve."""
+    key = (tuple(preload), os.getpid())
+    with _servers_lock:
+        server = _servers.get(key)
+        if server is None or (server._ready and not server.alive()):
+            server = _servers[key] = ForkServerLauncher(tuple(preload))
+    server.ensure_ready()
+    return server
+
+
+def shutdown_all() -> None:
+    with _servers_lock:
+        for server in _servers.values():
+            server.close()
+        _servers.clear()

@@ -1,0 +1,115 @@
+"""Warm isolation: what one case changes, the next case (same server) never sees; and the
+forkserver refuses to serve from a process with a live accelerator."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import run_isolated
+from harness.forkserver import ForkServerLauncher, ForkServerUnavailable
+from harness.isolation import SpawnLauncher, get_launcher, isolate
+
+
+def pollute(module_dir: str) -> dict[str, object]:
+    """Case 1: change every kind of global state a batch-invariance check changes."""
+    import torch
+
+    lib = torch.library.Library("aten", "IMPL")  # noqa: F841 - must stay alive to stay active
+    lib.impl("mm", lambda a, b: torch.full((a.shape[0], b.shape[1]), 7.0), "CPU")
+    torch.sum = lambda *a, **k: "replaced"
+    os.environ["HARNESS_POLLUTED"] = "1"
+    sys.path.insert(0, module_dir)
+    import polluting_module  # noqa: F401
+
+    x = torch.ones(2, 2)
+    return {"mm": torch.mm(x, x).tolist(), "sum": torch.sum(x)}
+
+
+def observe() -> dict[str, object]:
+    """Case 2: report what it sees of case 1's changes."""
+    import torch
+
+    x = torch.ones(2, 2)
+    return {
+        "mm": torch.mm(x, x).tolist(),
+        "sum": float(torch.sum(x)),
+        "env": os.environ.get("HARNESS_POLLUTED"),
+        "module": "polluting_module" in sys.modules,
+    }
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_next_case_sees_nothing_of_the_last(method: str, tmp_path: Path) -> None:
+    (tmp_path / "polluting_module.py").write_text("VALUE = 1\n")
+    first = run_isolated(pollute, str(tmp_path), method=method)
+    assert first.value == {"mm": [[7.0, 7.0], [7.0, 7.0]], "sum": "replaced"}  # it took effect
+    second = run_isolated(observe, method=method)
+    assert second.value == {"mm": [[2.0, 2.0], [2.0, 2.0]], "sum": 4.0, "env": None,
+                            "module": False}
+    assert second.method == first.method == method
+
+
+def test_forkserver_children_are_forked_from_one_server() -> None:
+    launcher = get_launcher("forkserver")
+    pids = [isolate(os.getppid, launcher=launcher).value for _ in range(3)]
+    assert pids == [launcher.proc.pid] * 3
+
+
+@pytest.mark.parametrize("module, reason", [
+    ("tests.fake_cuda_initialised", "CUDA is initialised in the forkserver"),
+    ("tests.fake_npu_initialised", "the NPU is initialised in the forkserver"),
+    ("no_such_module_xyz", "preloading 'no_such_module_xyz' failed: ModuleNotFoundError"),
+])
+def test_server_refuses_to_serve(module: str, reason: str) -> None:
+    server = ForkServerLauncher(("torch", module))
+    with pytest.raises(ForkServerUnavailable, match=reason):
+        server.ensure_ready()
+    assert not server.alive()
+
+
+def test_auto_falls_back_to_spawn_with_one_warning(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import os
+        def test_a(run_on_npu):
+            assert run_on_npu(os.getpid).method == "spawn"
+        def test_b(run_on_npu):
+            assert run_on_npu(os.getpid).method == "spawn"
+        """
+    )
+    result = pytester.runpytest("--isolation-preload", "torch,tests.fake_cuda_initialised",
+                                "-W", "always")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert out.count("forkserver unavailable, isolating with spawn instead: CUDA is initialised") == 1
+
+
+def test_explicit_forkserver_fails_with_the_reason(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import os
+        def test_a(run_on_npu):
+            run_on_npu(os.getpid)
+        """
+    )
+    result = pytester.runpytest("--isolation", "forkserver",
+                                "--isolation-preload", "torch,tests.fake_npu_initialised")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*--isolation forkserver: the forkserver is unavailable: "
+                                 "the NPU is initialised in the forkserver*"])
+
+
+def test_spawn_session_never_starts_a_server(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import os
+        def test_a(run_on_npu):
+            assert run_on_npu(os.getppid).value == os.getpid()
+        """
+    )
+    pytester.runpytest("--isolation", "spawn").assert_outcomes(passed=1)
+    assert SpawnLauncher.name == "spawn"
