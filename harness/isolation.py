@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -27,7 +28,7 @@ import tempfile
 import time
 import types
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -238,6 +239,7 @@ def _load_result(workdir: Path, token: str, res: IsolatedResult) -> bool:
     res.exc_type = data.get("exc_type", "")
     res.pytrace = data.get("pytrace", True)
     extras = data.get("extras") or {}
+    res.events_counted = "events" in extras
     res.events = dict(extras.pop("events", None) or {})
     res.extras = extras
     try:
@@ -337,9 +339,14 @@ def run_isolated(
     timeout: float = 180.0,
     env: Mapping[str, str | None] | None = None,
     method: str = "spawn",
+    events: Sequence[str] | None = None,
     **kwargs: Any,
 ) -> IsolatedResult:
     """Run ``fn(*args, **kwargs)`` once in a fresh process and return its ``IsolatedResult``.
+
+    ``events``: profiler event names or ``ns::`` prefixes to count while fn runs; the counts
+    come back in ``result.events`` (``harness.dispatch``). ``timeout``, ``env``, ``method``
+    and ``events`` are the harness's own keywords, never passed on to fn.
 
     Raises what the child raised (rebuilt, with the child's traceback as a note), the same
     pytest outcome for skip / xfail / fail, ``ChildCrashed`` for a signal or an early exit,
@@ -347,4 +354,19 @@ def run_isolated(
     cannot be rebuilt. Nothing the child started survives the call.
     """
     __tracebackhide__ = True
-    return isolate(fn, args, kwargs, timeout=timeout, env=env, method=method).raise_for_outcome()
+    return isolate(fn, args, kwargs, timeout=timeout, env=env, method=method,
+                   contexts=child_contexts(events)).raise_for_outcome()
+
+
+def child_contexts(events: Sequence[str] | None = None) -> dict[str, Callable[[], Any]]:
+    """Child-side contexts for the harness's own keywords (event counting)."""
+    contexts: dict[str, Callable[[], Any]] = {}
+    if events:
+        contexts["events"] = functools.partial(_count_events, tuple(events))
+    return contexts
+
+
+def _count_events(patterns: tuple[str, ...]) -> Any:
+    from harness.dispatch import count_events
+
+    return count_events(*patterns)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import signal
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 from harness import DEVICE_ENV, reaper
 from harness.devices import KINDS, DeviceError, DeviceInfo, detect, pinning_env
 from harness.forkserver import DEFAULT_PRELOAD, ForkServerLauncher, ForkServerUnavailable
-from harness.isolation import Launcher, SpawnLauncher, isolate
+from harness.isolation import Launcher, SpawnLauncher, child_contexts, isolate
 from harness.result import IsolatedResult
 
 DEFAULT_TIMEOUT_S = 180.0
@@ -116,6 +117,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="MODULES",
         help="comma-separated modules the forkserver imports before serving. Default: ini "
         f"harness_isolation_preload, else {','.join(DEFAULT_PRELOAD)}.",
+    )
+    group.addoption(
+        "--bi-target", dest="bi_targets", action="append", default=None, metavar="NAME",
+        help="batch-invariance target to check (repeatable): reference, vllm_ascend, vllm, or "
+        "one added through the npu_regress.invariance_targets entry points. Default: every "
+        "known target; those that cannot run here skip with the reason.",
     )
     parser.addini("harness_device", "default for --device", default="auto")
     parser.addini("harness_isolation", "default for --isolation", default="auto")
@@ -228,6 +235,34 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         )
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``bi_target`` over the selected batch-invariance targets."""
+    if "bi_target" in metafunc.fixturenames:
+        from harness.invariance import registry
+
+        known = registry()
+        names = metafunc.config.getoption("bi_targets") or list(known)
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise pytest.UsageError(f"--bi-target {', '.join(unknown)}: unknown; known targets: "
+                                    f"{', '.join(known)}")
+        metafunc.parametrize("bi_target", names)
+
+
+@pytest.fixture
+def invariance_target(request: pytest.FixtureRequest, bi_target: str) -> Any:
+    """The ``InvarianceTarget`` named by ``bi_target``; skips, naming what is missing, when it
+    cannot run in this session."""
+    from harness.invariance import get_target
+
+    session = request.config.stash[SESSION_KEY]
+    target = get_target(bi_target)
+    reason = target.unavailable(session.device.kind, session.device.npu_missing)
+    if reason:
+        pytest.skip(f"batch-invariance target {bi_target}: {reason}")
+    return target
+
+
 def attach_result(item: pytest.Item, res: IsolatedResult) -> None:
     """Put a child's output and ending on the test's report (sections and properties)."""
     results = item.stash.setdefault(RESULTS_KEY, [])
@@ -237,6 +272,8 @@ def attach_result(item: pytest.Item, res: IsolatedResult) -> None:
         if text:
             item.add_report_section("call", f"{label} {name}", text)
     item.user_properties.append(("isolation", res.summary()))
+    if res.events_counted:
+        item.user_properties.append(("dispatch_events", json.dumps(res.events, sort_keys=True)))
 
 
 @pytest.fixture
@@ -252,13 +289,15 @@ def run_on_npu(request: pytest.FixtureRequest) -> Callable[..., IsolatedResult]:
     default_timeout = float(marker.args[0]) if marker else session.timeout
 
     def run(fn: Callable[..., Any], *args: Any, env: Mapping[str, str | None] | None = None,
-            timeout: float | None = None, **kwargs: Any) -> IsolatedResult:
+            timeout: float | None = None, events: Sequence[str] | None = None,
+            **kwargs: Any) -> IsolatedResult:
         __tracebackhide__ = True
         res = isolate(
             fn, args, kwargs,
             timeout=default_timeout if timeout is None else timeout,
             env={**session.child_env(), **(env or {})},
             launcher=session.launcher(),
+            contexts=child_contexts(events),
         )
         attach_result(request.node, res)
         return res.raise_for_outcome()

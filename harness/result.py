@@ -36,6 +36,8 @@ class IsolatedResult:
     pid: int | None = None
     duration: float = 0.0
     events: dict[str, int] = field(default_factory=dict)
+    #: whether events were counted at all ({} then means: not one matching event ran)
+    events_counted: bool = False
     #: one of ``OUTCOMES``
     outcome: str = "error"
     method: str = "spawn"

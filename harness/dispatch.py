@@ -1,0 +1,76 @@
+"""Count what the dispatcher actually executed, by profiler event name.
+
+A batch-invariance switch fails silently in two ways: "on" while the invariant ops never
+run, or "off" while a leaked registration runs them anyway. Only counting executed events
+catches both. Counting runs in the child, around fn (``run_isolated(..., events=[...])``)
+or around one block (``with harness.count_events(...) as counts``).
+
+Matching: a pattern ending in ``::`` (``"batch_invariant_ops::"``) is a namespace prefix;
+any other pattern must equal the event name (``"aten::mm"``).
+
+Backends: torch's profiler (CPU activity: dispatcher-level op events are recorded on the
+host for every device) on CPU and CUDA; the legacy autograd profiler on NPU, as the
+existing Ascend test does, after a device synchronise so queued ops are recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator, Mapping
+
+#: every event a batch-invariant op set emits
+BATCH_INVARIANT_PREFIX = "batch_invariant_ops::"
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(name.startswith(p) if p.endswith("::") else name == p for p in patterns)
+
+
+def select_counts(counts: Mapping[str, int], patterns: Iterable[str]) -> dict[str, int]:
+    """The entries of ``counts`` whose name matches one of ``patterns``, sorted by name."""
+    patterns = tuple(patterns)
+    return {k: int(v) for k, v in sorted(counts.items()) if matches(k, patterns)}
+
+
+def _synchronize(kind: str) -> None:
+    import torch
+
+    module = getattr(torch, kind, None)
+    if module is not None and kind != "cpu":
+        with contextlib.suppress(Exception):
+            module.synchronize()
+
+
+def _profiler(kind: str) -> contextlib.AbstractContextManager:  # type: ignore[type-arg]
+    import torch
+
+    if kind == "npu":
+        return torch.autograd.profiler.profile()
+    return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+
+
+def _device_kind() -> str:
+    return os.environ.get("HARNESS_DEVICE", "cpu")
+
+
+@contextlib.contextmanager
+def count_events(*patterns: str) -> Iterator[dict[str, int]]:
+    """Profile the block; the yielded dict holds ``{event_name: count}`` for matching events
+    once the block exits (an empty dict means: not one matching event ran)."""
+    if not patterns:
+        raise ValueError("count_events needs at least one event name or 'namespace::' prefix")
+    kind = _device_kind()
+    counts: dict[str, int] = {}
+    prof = _profiler(kind)
+    try:
+        with prof:
+            try:
+                yield counts
+            finally:
+                _synchronize(kind)
+    finally:  # counts are filled even when the block raised: they are evidence
+        totals: dict[str, int] = {}
+        for avg in prof.key_averages():  # type: ignore[attr-defined]
+            totals[avg.key] = totals.get(avg.key, 0) + int(avg.count)
+        counts.update(select_counts(totals, patterns))

@@ -1,0 +1,142 @@
+"""Batch-invariance targets: one small interface over each stack's switch.
+
+A target says whether it can run here (and if not, exactly why), turns the switch on or
+leaves it off inside an isolated child, tells whether it is on *by identity* (the override
+library exists, ``torch.sum`` is the replacement), and names the dispatch events each check
+expects. The switch checks themselves live in ``harness.invariance.switch``.
+
+Built in: ``reference`` (ours, CPU and any device), ``vllm_ascend`` (NPU), ``vllm`` (CUDA).
+Third parties add targets through the entry-point group ``npu_regress.invariance_targets``
+(each entry point loads an ``InvarianceTarget`` instance or class).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.dispatch import BATCH_INVARIANT_PREFIX
+
+ENTRY_POINT_GROUP = "npu_regress.invariance_targets"
+SWITCH_ENV = "VLLM_BATCH_INVARIANT"
+#: the seven checks of the existing Ascend switch test (facts file, section 1)
+CHECKS = ("switch", "mm", "matmul", "torch_sum", "tensor_sum", "add_rms_norm",
+          "fused_infer_attention_score")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """One expectation on event counts: the total over events matching ``pattern`` (a name,
+    or a ``ns::`` prefix) must be > 0 (``ran=True``) or exactly 0 (``ran=False``)."""
+
+    pattern: str
+    ran: bool
+
+    def check(self, counts: dict[str, int]) -> str | None:
+        """None if met; else a sentence for the failure message."""
+        from harness.dispatch import select_counts
+
+        seen = select_counts(counts, [self.pattern])
+        total = sum(seen.values())
+        if self.ran and total == 0:
+            return f"expected {self.pattern} to run, but it ran 0 times"
+        if not self.ran and total:
+            return f"expected no {self.pattern} event, but saw {seen}"
+        return None
+
+
+def no_invariant_events() -> list[Expect]:
+    """The 'off' rule for every target: not one batch_invariant_ops:: event."""
+    return [Expect(BATCH_INVARIANT_PREFIX, ran=False)]
+
+
+class InvarianceTarget:
+    """Base class; parent-side methods must not import device stacks or touch a device."""
+
+    name: str = "?"
+    #: device kinds the target runs on
+    devices: tuple[str, ...] = ()
+
+    # --- parent side ---
+    def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
+        """Why this target cannot run in this session (the skip reason), or None."""
+        raise NotImplementedError
+
+    def not_applicable(self, check: str) -> str | None:
+        """Why ``check`` does not apply to this target (the skip reason), or None."""
+        return None
+
+    def expectations(self, check: str, enabled: bool) -> list[Expect]:
+        """What the counted events must show for ``check``; 'off' always forbids invariant ops."""
+        return [] if enabled else no_invariant_events()
+
+    def event_patterns(self) -> list[str]:
+        """Event names/prefixes to count in the child (all that any expectation needs)."""
+        pats = {BATCH_INVARIANT_PREFIX}
+        for check in CHECKS:
+            for enabled in (True, False):
+                pats.update(e.pattern for e in self.expectations(check, enabled))
+        return sorted(pats)
+
+    # --- child side ---
+    def set_switch(self, enabled: bool) -> None:
+        """Set the switch the way users do, then run the stack's init (which must honour it)."""
+        raise NotImplementedError
+
+    def is_enabled(self) -> bool:
+        raise NotImplementedError
+
+    def reduce_sum(self) -> Any:
+        """The function ``torch.sum`` must be when the switch is on."""
+        raise NotImplementedError
+
+    def add_rms_norm(self) -> Callable[..., Any]:
+        """The currently bound add_rms_norm entry point (x, residual, weight, eps)."""
+        raise NotImplementedError
+
+    def attention_binding(self) -> tuple[Any, tuple[Any, ...]]:
+        """(the bound fused-attention entry point, the objects it must be when on)."""
+        raise NotImplementedError
+
+
+def has_module(name: str) -> bool:
+    """Whether ``name`` is installed, without importing it (a broken install still counts:
+    it must fail in the child, not skip)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _builtin() -> dict[str, Callable[[], InvarianceTarget]]:
+    from harness.invariance.adapters import ReferenceTarget, VllmAscendTarget, VllmTarget
+
+    return {"reference": ReferenceTarget, "vllm_ascend": VllmAscendTarget, "vllm": VllmTarget}
+
+
+def registry() -> dict[str, Callable[[], InvarianceTarget]]:
+    """Built-in targets, then those of installed plugins (entry points)."""
+    found = _builtin()
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep.load)
+    return found
+
+
+def get_target(name: str) -> InvarianceTarget:
+    factories = registry()
+    if name not in factories:
+        raise KeyError(f"unknown batch-invariance target {name!r}; known: {', '.join(factories)}")
+    obj = factories[name]()
+    return obj() if isinstance(obj, type) else obj
+
+
+def switch_env(enabled: bool) -> dict[str, str]:
+    return {SWITCH_ENV: "1" if enabled else "0"}
+
+
+def switch_value() -> str | None:
+    return os.environ.get(SWITCH_ENV)

@@ -1,0 +1,186 @@
+"""The built-in batch-invariance targets: reference (ours), vllm_ascend (NPU), vllm (CUDA).
+
+The vllm_ascend and vllm adapters follow the facts file (section 1); they are exercised in
+CI against fake modules built from it (``tests/fakes``) and skip, naming the missing piece,
+where the real stack is absent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import types
+from collections.abc import Callable
+from typing import Any
+from unittest import mock
+
+from harness.invariance import (
+    SWITCH_ENV,
+    Expect,
+    InvarianceTarget,
+    has_module,
+    no_invariant_events,
+)
+
+
+class ReferenceTarget(InvarianceTarget):
+    """Our own op set (``harness.invariance.reference``): runs on every device kind."""
+
+    name = "reference"
+    devices = ("cpu", "cuda", "npu")
+    module_name = "harness.invariance.reference"
+    OPS = {
+        "mm": "batch_invariant_ops::mm",
+        "matmul": "batch_invariant_ops::mm",
+        "torch_sum": "batch_invariant_ops::reduce_sum",
+        "tensor_sum": "batch_invariant_ops::reduce_sum",
+    }
+
+    def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
+        return None if has_module("torch") else "torch is not installed"
+
+    def expectations(self, check: str, enabled: bool) -> list[Expect]:
+        from harness.invariance.reference import FUSED_ADD_RMS_NORM
+
+        if check == "add_rms_norm":
+            if enabled:
+                return [Expect("aten::add", True), Expect("batch_invariant_ops::rms_norm", True),
+                        Expect(FUSED_ADD_RMS_NORM, False)]
+            return [Expect(FUSED_ADD_RMS_NORM, True), *no_invariant_events()]
+        if not enabled:
+            return no_invariant_events()
+        op = self.OPS.get(check)
+        return [Expect(op, True)] if op else []
+
+    def _module(self) -> types.ModuleType:
+        return importlib.import_module(self.module_name)
+
+    def set_switch(self, enabled: bool) -> None:
+        os.environ[SWITCH_ENV] = "1" if enabled else "0"
+        self._module().init_batch_invariance()
+
+    def is_enabled(self) -> bool:
+        return bool(self._module().is_enabled())
+
+    def reduce_sum(self) -> Any:
+        return self._module().reduce_sum
+
+    def add_rms_norm(self) -> Callable[..., Any]:
+        return self._module().add_rms_norm
+
+    def attention_binding(self) -> tuple[Any, tuple[Any, ...]]:
+        mod = self._module()
+        return mod.fused_infer_attention_score, (mod.batch_invariant_attention,)
+
+
+class VllmAscendTarget(InvarianceTarget):
+    """vllm-ascend's AscendC path on a real NPU (``vllm_ascend.batch_invariant``)."""
+
+    name = "vllm_ascend"
+    devices = ("npu",)
+    module_name = "vllm_ascend.batch_invariant"
+    OPS = {
+        "mm": "batch_invariant_ops::npu_mm_batch_invariant",
+        "matmul": "batch_invariant_ops::npu_matmul_batch_invariant",
+        "torch_sum": "batch_invariant_ops::npu_reduce_sum_batch_invariant",
+        "tensor_sum": "batch_invariant_ops::npu_reduce_sum_batch_invariant",
+    }
+    ATTENTION_OP = "npu_fused_infer_attention_score_batch_invariant"
+
+    def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
+        for module in ("torch_npu", "vllm_ascend", "batch_invariant_ops"):
+            if not has_module(module):
+                return f"{module} is not installed"
+        if device_kind != "npu":
+            return f"needs an NPU: {npu_missing or f'the session device is {device_kind}'}"
+        return None
+
+    def expectations(self, check: str, enabled: bool) -> list[Expect]:
+        if check == "add_rms_norm":
+            if enabled:
+                return [Expect("aten::add", True), Expect("npu::npu_rms_norm", True),
+                        Expect("npu::npu_add_rms_norm", False)]
+            return [Expect("npu::npu_add_rms_norm", True), *no_invariant_events()]
+        if not enabled:
+            return no_invariant_events()
+        op = self.OPS.get(check)
+        return [Expect(op, True)] if op else []
+
+    def _module(self) -> types.ModuleType:
+        return importlib.import_module(self.module_name)
+
+    def set_switch(self, enabled: bool) -> None:
+        """Run init with ``get_ascend_config`` patched: the real one needs a live vLLM config."""
+        os.environ[SWITCH_ENV] = "1" if enabled else "0"
+        module = self._module()
+        config_module = importlib.import_module("vllm_ascend.ascend_config")
+        config = types.SimpleNamespace(weight_nz_mode=1)
+        with mock.patch.object(config_module, "get_ascend_config", return_value=config):
+            if hasattr(module, "get_ascend_config"):  # imported by name into the module
+                with mock.patch.object(module, "get_ascend_config", return_value=config):
+                    module.init_batch_invariance()
+            else:
+                module.init_batch_invariance()
+
+    def is_enabled(self) -> bool:
+        return getattr(self._module(), "_batch_invariant_LIB", None) is not None
+
+    def reduce_sum(self) -> Any:
+        fn = getattr(self._module(), "reduce_sum", None)
+        if fn is None:
+            raise AssertionError(f"{self.module_name} has no reduce_sum to compare torch.sum with")
+        return fn
+
+    def add_rms_norm(self) -> Callable[..., Any]:
+        import torch_npu
+
+        npu_add_rms_norm: Callable[..., Any] = torch_npu.npu_add_rms_norm
+        return npu_add_rms_norm
+
+    def attention_binding(self) -> tuple[Any, tuple[Any, ...]]:
+        import torch
+        import torch_npu
+
+        packet = getattr(torch.ops.batch_invariant_ops, self.ATTENTION_OP)
+        return torch_npu.npu_fused_infer_attention_score, (packet, packet.default)
+
+
+class VllmTarget(InvarianceTarget):
+    """vLLM's module on CUDA. vLLM registers Python/Triton kernels straight on aten ops, so it
+    emits no ``batch_invariant_ops::`` events: only the switch (by identity) and the 'off'
+    rule can be checked by counting."""
+
+    name = "vllm"
+    devices = ("cuda",)
+    MODULES = ("vllm.model_executor.layers.batch_invariant",
+               "vllm.model_executor.determinism.batch_invariant")
+
+    def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
+        if not has_module("vllm"):
+            return "vllm is not installed"
+        if not any(has_module(m) for m in self.MODULES):
+            return f"vllm has neither {' nor '.join(self.MODULES)}"
+        if device_kind != "cuda":
+            return f"needs a CUDA device: the session device is {device_kind}"
+        return None
+
+    def not_applicable(self, check: str) -> str | None:
+        if check in ("mm", "matmul"):
+            return ("vLLM overrides aten::mm/matmul with Triton kernels registered on aten "
+                    "itself: no batch_invariant_ops:: event exists to prove they ran")
+        if check in ("torch_sum", "tensor_sum", "add_rms_norm", "fused_infer_attention_score"):
+            return f"vLLM's batch-invariant mode does not rebind {check} (vllm-ascend only)"
+        return None
+
+    def _module(self) -> types.ModuleType:
+        for name in self.MODULES:
+            if has_module(name):
+                return importlib.import_module(name)
+        raise ModuleNotFoundError(f"neither {' nor '.join(self.MODULES)} is installed")
+
+    def set_switch(self, enabled: bool) -> None:
+        os.environ[SWITCH_ENV] = "1" if enabled else "0"
+        self._module().init_batch_invariance()
+
+    def is_enabled(self) -> bool:
+        return getattr(self._module(), "_batch_invariant_LIB", None) is not None

@@ -1,0 +1,226 @@
+"""Our own batch-invariant op set: the embedded default target, on CPU and any torch device.
+
+Modelled on vLLM's and vllm-ascend's modules (facts file, section 1): the ops live in the
+``batch_invariant_ops`` torch.library namespace (defined as a FRAGMENT, so other libraries
+can add theirs), and ``init_batch_invariance()`` installs them over the aten ops when
+``VLLM_BATCH_INVARIANT=1``. There is no disable path, on purpose, like the real ones:
+each case runs in its own process.
+
+Why the results are batch-invariant: a row's matmul result may depend on how many rows the
+product has (on the CI CPU, fp32 ``mm`` gives one result for M = 1..3 and another for
+M >= 4). We pad the rows to blocks of ``BLOCK_ROWS`` and multiply every block with the same
+fixed-shape kernel (one ``bmm`` over the blocks), so each row meets the same kernel whatever
+the batch. Reductions (sum, rms_norm, log_softmax) run per row over the last dimension in
+fp32, which does not depend on the number of rows.
+
+Re-entrance: the overrides of ``aten::mm`` / ``aten::matmul`` and of ``torch.sum`` call
+only ``aten::bmm`` and ``torch.ops.aten.*`` overloads directly, never what they override.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+NAMESPACE = "batch_invariant_ops"
+#: rows per fixed-shape matmul block
+BLOCK_ROWS = 16
+SWITCH_ENV = "VLLM_BATCH_INVARIANT"
+
+#: the aten override library: None until enabled (vLLM's ``_batch_invariant_LIB``)
+_batch_invariant_LIB: torch.library.Library | None = None
+#: originals, kept so the "off" path can be told apart by identity
+ORIGINAL_TORCH_SUM = torch.sum
+ORIGINAL_TENSOR_SUM = torch.Tensor.sum
+
+_ops_lib = torch.library.Library(NAMESPACE, "FRAGMENT")  # noqa: F841 - keeps the defs alive
+_DEFS = {
+    "mm": "mm(Tensor a, Tensor b) -> Tensor",
+    "matmul": "matmul(Tensor a, Tensor b) -> Tensor",
+    "reduce_sum": "reduce_sum(Tensor x, int[]? dim=None, bool keepdim=False, "
+                  "ScalarType? dtype=None) -> Tensor",
+    "rms_norm": "rms_norm(Tensor x, Tensor weight, float eps) -> Tensor",
+    "add_rms_norm": "add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) "
+                    "-> (Tensor, Tensor)",
+    "log_softmax": "log_softmax(Tensor x, int dim) -> Tensor",
+    # the "vendor" fused kernel that the switch replaces (torch_npu.npu_add_rms_norm's role)
+}
+_fused_lib = torch.library.Library("harness_ref", "FRAGMENT")  # noqa: F841
+FUSED_ADD_RMS_NORM = "harness_ref::fused_add_rms_norm"
+
+
+def _mm_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    m, k = a.shape
+    pad = (-m) % BLOCK_ROWS
+    if pad:
+        a = torch.cat([a, a.new_zeros(pad, k)])
+    blocks = a.reshape(-1, BLOCK_ROWS, k)
+    out = torch.ops.aten.bmm.default(blocks, b.expand(blocks.shape[0], *b.shape))
+    return out.reshape(-1, b.shape[1])[:m]
+
+
+def _matmul_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.dim() == 1 or b.dim() != 2:
+        return torch.ops.aten.matmul.default(a, b) if _batch_invariant_LIB is None else \
+            _matmul_general(a, b)
+    lead = a.shape[:-1]
+    out = torch.ops.batch_invariant_ops.mm(a.reshape(-1, a.shape[-1]), b)
+    return out.reshape(*lead, b.shape[-1])
+
+
+def _matmul_general(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Batched or vector operands: broadcast to (batch, m, k) x (batch, k, n) and use bmm."""
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    b2 = b.unsqueeze(-1) if b.dim() == 1 else b
+    shape = torch.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    a3 = a2.expand(*shape, *a2.shape[-2:]).reshape(-1, *a2.shape[-2:])
+    b3 = b2.expand(*shape, *b2.shape[-2:]).reshape(-1, *b2.shape[-2:])
+    out = torch.ops.aten.bmm.default(a3, b3).reshape(*shape, a2.shape[-2], b2.shape[-1])
+    if a.dim() == 1:
+        out = out.squeeze(-2)
+    if b.dim() == 1:
+        out = out.squeeze(-1)
+    return out
+
+
+def _reduce_sum_impl(x: torch.Tensor, dim: list[int] | None = None, keepdim: bool = False,
+                     dtype: torch.dtype | None = None) -> torch.Tensor:
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    src = x.to(acc) if x.is_floating_point() else x
+    out = torch.ops.aten.sum.dim_IntList(src, dim if dim else None, keepdim)
+    target = dtype or (x.dtype if x.is_floating_point() else out.dtype)
+    return out.to(target)
+
+
+def _rms_norm_impl(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    var = torch.ops.aten.mean.dim(xf * xf, [-1], True)
+    return (xf * torch.rsqrt(var + eps) * weight.float()).to(x.dtype)
+
+
+def _add_rms_norm_impl(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    added = x + residual
+    return _rms_norm_impl(added, weight, eps), added
+
+
+def _log_softmax_impl(x: torch.Tensor, dim: int) -> torch.Tensor:
+    xf = x.float()
+    shifted = xf - torch.ops.aten.amax.default(xf, [dim], True)
+    lse = torch.log(torch.ops.aten.sum.dim_IntList(torch.exp(shifted), [dim], True))
+    return (shifted - lse).to(x.dtype)
+
+
+_IMPLS = {
+    "mm": _mm_impl,
+    "matmul": _matmul_impl,
+    "reduce_sum": _reduce_sum_impl,
+    "rms_norm": _rms_norm_impl,
+    "add_rms_norm": _add_rms_norm_impl,
+    "log_softmax": _log_softmax_impl,
+}
+
+
+def _define_ops() -> None:
+    """Define our ops unless this process already has them (another import, or a vendor)."""
+    for name, schema in _DEFS.items():
+        if not hasattr(torch.ops.batch_invariant_ops, name):
+            _ops_lib.define(schema)
+            _ops_lib.impl(name, _IMPLS[name], "CompositeExplicitAutograd")
+    if not hasattr(torch.ops.harness_ref, "fused_add_rms_norm"):
+        _fused_lib.define("fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, "
+                          "float eps) -> (Tensor, Tensor, Tensor)")
+        _fused_lib.impl("fused_add_rms_norm", _fused_add_rms_norm_impl,
+                        "CompositeExplicitAutograd")
+
+
+def _fused_add_rms_norm_impl(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                             eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    added = x + residual
+    xf = added.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * rstd * weight.float()).to(x.dtype), rstd, added
+
+
+_define_ops()
+
+
+# --- the functions the switch rebinds (the roles torch_npu's functions play on NPU) -------
+
+def reduce_sum(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *,
+               dtype: torch.dtype | None = None) -> torch.Tensor:
+    """What ``torch.sum`` and ``Tensor.sum`` become when the switch is on."""
+    dims = [dim] if isinstance(dim, int) else (list(dim) if dim is not None else None)
+    return torch.ops.batch_invariant_ops.reduce_sum(x, dims, keepdim, dtype)
+
+
+def _fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                        eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Off: one fused kernel returning (out, rstd, residual_out), like npu_add_rms_norm."""
+    return torch.ops.harness_ref.fused_add_rms_norm(x, residual, weight, eps)
+
+
+def _decomposed_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                             eps: float = 1e-6) -> tuple[torch.Tensor, None, torch.Tensor]:
+    """On: a plain add, then the invariant rms_norm; rstd is None (vllm-ascend's shape)."""
+    added = torch.add(x, residual)
+    return torch.ops.batch_invariant_ops.rms_norm(added, weight, eps), None, added
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    scores = torch.matmul(q, k.transpose(-1, -2)) / (q.shape[-1] ** 0.5)
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def batch_invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    scores = _matmul_general(q, k.transpose(-1, -2)) / (q.shape[-1] ** 0.5)
+    probs = torch.exp(torch.ops.batch_invariant_ops.log_softmax(scores.float(), -1))
+    return _matmul_general(probs.to(v.dtype), v)
+
+
+#: rebindable entry points, like torch_npu.npu_add_rms_norm / npu_fused_infer_attention_score
+add_rms_norm = _fused_add_rms_norm
+fused_infer_attention_score = _attention
+
+
+def _dispatch_key() -> str:
+    kind = os.environ.get("HARNESS_DEVICE", "cpu")
+    return {"cpu": "CPU", "cuda": "CUDA", "npu": "PrivateUse1"}.get(kind, "CPU")
+
+
+def enable_batch_invariant_mode() -> None:
+    """Install the invariant ops over aten and rebind the module-level entry points.
+
+    No idempotence guard and no disable path, like the real modules.
+    """
+    global _batch_invariant_LIB, add_rms_norm, fused_infer_attention_score
+    lib = torch.library.Library("aten", "IMPL")
+    key = _dispatch_key()
+    lib.impl("mm", lambda a, b: torch.ops.batch_invariant_ops.mm(a, b), key)
+    lib.impl("matmul", lambda a, b: torch.ops.batch_invariant_ops.matmul(a, b), key)
+    lib.impl("_log_softmax",
+             lambda x, dim, half_to_float: torch.ops.batch_invariant_ops.log_softmax(x, dim), key)
+    _batch_invariant_LIB = lib
+    torch.sum = reduce_sum
+    torch.Tensor.sum = reduce_sum
+    add_rms_norm = _decomposed_add_rms_norm
+    fused_infer_attention_score = batch_invariant_attention
+
+
+def init_batch_invariance() -> None:
+    """Enable when ``VLLM_BATCH_INVARIANT=1`` (any non-zero integer); otherwise do nothing."""
+    value = os.environ.get(SWITCH_ENV, "0").strip() or "0"
+    try:
+        enabled = int(value) != 0
+    except ValueError:
+        raise ValueError(f"{SWITCH_ENV}={value!r} is not an integer; use 1 (on) or 0 (off)") \
+            from None
+    if enabled:
+        enable_batch_invariant_mode()
+
+
+def is_enabled() -> bool:
+    """On by identity, not by the environment: the library exists and torch.sum is ours."""
+    return _batch_invariant_LIB is not None and torch.sum is reduce_sum

@@ -1,0 +1,135 @@
+"""The seven batch-invariance switch checks, run inside an isolated child.
+
+Split so that the child runs nothing but the op under test (the dispatch events counted
+around it are then the op's alone): the parent makes small-integer inputs (``arange % 7 - 3``,
+bf16) and the fp32 CPU expectations; the child (``run_switch_case``) sets the switch the way
+users do, runs the op once and returns outputs and identity facts; the parent (``judge``)
+compares values exactly (rtol=0, atol=0; add_rms_norm's output with 1e-2, its residual
+exactly) and the counted events against the target's ``expectations``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from harness.invariance import SWITCH_ENV, InvarianceTarget, get_target
+
+EPS = 1e-6
+#: add_rms_norm output tolerance (the facts file's; the residual is compared exactly)
+RMS_TOLERANCE = 1e-2
+
+
+def small_ints(*shape: int, dtype: Any = None) -> Any:
+    """Values in -3..3: every product and sum below stays exact in bf16 and fp32."""
+    import torch
+
+    n = 1
+    for s in shape:
+        n *= s
+    return (torch.arange(n) % 7 - 3).reshape(shape).to(dtype or torch.bfloat16)
+
+
+def case_inputs(check: str) -> dict[str, Any]:
+    """CPU inputs for ``check`` (made in the parent, so the child runs nothing but the op)."""
+    if check == "mm":
+        return {"a": small_ints(8, 16), "b": small_ints(16, 12)}
+    if check == "matmul":
+        return {"a": small_ints(2, 4, 16), "b": small_ints(16, 12)}
+    if check in ("torch_sum", "tensor_sum"):
+        return {"x": small_ints(4, 32)}
+    if check == "add_rms_norm":
+        return {"x": small_ints(4, 32), "residual": small_ints(4, 32).flip(-1),
+                "weight": small_ints(32) + 4}
+    return {}
+
+
+def expected_outputs(check: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The fp32 CPU reference for ``check``: computed in the parent, never under a switch."""
+    import torch
+
+    f = {k: v.float() for k, v in inputs.items()}
+    if check == "mm":
+        return {"out": torch.mm(f["a"], f["b"])}
+    if check == "matmul":
+        return {"out": torch.matmul(f["a"], f["b"])}
+    if check in ("torch_sum", "tensor_sum"):
+        return {"out": f["x"].sum(-1)}
+    if check == "add_rms_norm":
+        added = f["x"] + f["residual"]
+        out = added * torch.rsqrt(added.pow(2).mean(-1, keepdim=True) + EPS) * f["weight"]
+        return {"out": out, "residual_out": added}
+    return {}
+
+
+def _host(t: Any) -> Any:
+    return None if t is None else t.float().cpu()
+
+
+def run_switch_case(target: str | InvarianceTarget, check: str, enabled: bool,
+                    inputs: dict[str, Any]) -> dict[str, Any]:
+    """Child side of one case: set the switch, run the op once, report what happened."""
+    import torch
+
+    import harness
+
+    tgt = get_target(target) if isinstance(target, str) else target
+    dev = harness.device()
+    args = {k: v.to(dev) for k, v in inputs.items()}
+    tgt.set_switch(enabled)
+    got: dict[str, Any] = {"switch_env": os.environ.get(SWITCH_ENV),
+                           "enabled_by_identity": tgt.is_enabled()}
+    if check == "mm":
+        got["out"] = _host(torch.mm(args["a"], args["b"]))
+    elif check == "matmul":
+        got["out"] = _host(torch.matmul(args["a"], args["b"]))
+    elif check == "torch_sum":
+        got["torch_sum_replaced"] = torch.sum is tgt.reduce_sum()
+        got["out"] = _host(torch.sum(args["x"], dim=-1))
+    elif check == "tensor_sum":
+        got["out"] = _host(args["x"].sum(-1))
+    elif check == "add_rms_norm":
+        out, rstd, residual_out = tgt.add_rms_norm()(args["x"], args["residual"],
+                                                     args["weight"], EPS)
+        got.update(out=_host(out), residual_out=_host(residual_out), rstd_is_none=rstd is None)
+    elif check == "fused_infer_attention_score":
+        bound, invariant = tgt.attention_binding()
+        got["rebound"] = any(bound is obj for obj in invariant)
+        got["bound"] = repr(bound)
+    return got
+
+
+def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str, Any],
+          got: dict[str, Any], events: dict[str, int]) -> list[str]:
+    """Parent side: every way the case went wrong, as sentences (empty: it passed)."""
+    import torch
+
+    on = "on" if enabled else "off"
+    want_env = "1" if enabled else "0"
+    problems = [p for e in target.expectations(check, enabled) if (p := e.check(events))]
+    if got["switch_env"] != want_env:
+        problems.append(f"{SWITCH_ENV}={got['switch_env']!r} in the child, expected {want_env!r}")
+    if got["enabled_by_identity"] is not enabled:
+        problems.append(f"{target.name} is {'off' if enabled else 'on'} by identity although "
+                        f"{SWITCH_ENV}={want_env}")
+    if check == "torch_sum" and got["torch_sum_replaced"] is not enabled:
+        problems.append(f"torch.sum is {'' if got['torch_sum_replaced'] else 'not '}the "
+                        f"batch-invariant reduce_sum with the switch {on}")
+    if check == "fused_infer_attention_score" and got["rebound"] is not enabled:
+        problems.append(f"fused_infer_attention_score is {'' if got['rebound'] else 'not '}"
+                        f"bound to the batch-invariant op with the switch {on} ({got['bound']})")
+    if check == "add_rms_norm" and enabled and not got["rstd_is_none"]:
+        problems.append("add_rms_norm returned an rstd with the switch on: the fused kernel "
+                        "ran instead of add + rms_norm")
+    expected = expected_outputs(check, inputs)
+    for name, want in expected.items():
+        have = got[name]
+        if check == "add_rms_norm" and name == "out":
+            if not torch.allclose(have, want, rtol=RMS_TOLERANCE, atol=RMS_TOLERANCE):
+                diff = (have - want).abs().max().item()
+                problems.append(f"add_rms_norm output off by {diff} (tolerance {RMS_TOLERANCE})")
+        elif not torch.equal(have, want):
+            diff = (have - want).abs().max().item()
+            problems.append(f"{check} {name} differs from the fp32 CPU reference (max abs diff "
+                            f"{diff}); rtol=0, atol=0 required")
+    return problems

@@ -1,0 +1,28 @@
+"""Batch-invariance switch: on means the invariant ops really run, off means not one
+``batch_invariant_ops::`` event. 7 checks x {disabled, enabled} per target, each case in
+its own isolated child; event counts land in the report as ``dispatch_events``."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.invariance import CHECKS, InvarianceTarget, switch_env
+from harness.invariance.switch import case_inputs, judge, run_switch_case
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["disabled", "enabled"])
+@pytest.mark.parametrize("check", CHECKS)
+def test_switch(invariance_target: InvarianceTarget, check: str, enabled: bool,
+                run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
+    reason = invariance_target.not_applicable(check)
+    if reason:
+        pytest.skip(f"{invariance_target.name}/{check}: {reason}")
+    inputs = case_inputs(check)
+    res = run_on_npu(run_switch_case, invariance_target.name, check, enabled, inputs,
+                     env=switch_env(enabled), events=invariance_target.event_patterns())
+    record_property("switch_evidence", {k: v for k, v in res.value.items()
+                                        if k not in ("out", "residual_out")})
+    problems = judge(invariance_target, check, enabled, inputs, res.value, res.events)
+    assert not problems, (f"{invariance_target.name} {check} with the switch "
+                          f"{'on' if enabled else 'off'}:\n- " + "\n- ".join(problems)
+                          + f"\nevents counted: {res.events}")

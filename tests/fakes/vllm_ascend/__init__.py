@@ -1,0 +1,1 @@
+"""Fake vllm_ascend (facts file, section 1)."""

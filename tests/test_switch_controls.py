@@ -1,0 +1,194 @@
+"""Negative controls for the switch checks, and the vllm_ascend / vllm adapters run
+against fake modules built from the facts file."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import run_isolated
+from harness.invariance import CHECKS, get_target, registry, switch_env
+from harness.invariance.adapters import ReferenceTarget, VllmAscendTarget, VllmTarget
+from harness.invariance.switch import case_inputs, judge, run_switch_case
+
+FAKES = str(Path(__file__).parent / "fakes")
+
+
+class OnRegistersNothing(ReferenceTarget):
+    """Broken on purpose: 'on' sets the variable but installs nothing."""
+
+    def set_switch(self, enabled: bool) -> None:
+        import os
+
+        os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
+
+
+class OffLeaks(ReferenceTarget):
+    """Broken on purpose: 'off' still installs the invariant ops (a leaked registration)."""
+
+    def set_switch(self, enabled: bool) -> None:
+        import os
+
+        os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
+        self._module().enable_batch_invariant_mode()
+
+
+def run_case(target, check: str, enabled: bool, *, fakes: bool = False,  # type: ignore[no-untyped-def]
+             env: dict[str, str] | None = None) -> list[str]:
+    """One switch case through run_isolated (as the suite runs it); the judge's problems."""
+    inputs = case_inputs(check)
+    fn = _with_fakes if fakes else run_switch_case
+    res = run_isolated(fn, target, check, enabled, inputs, method="forkserver",
+                       env={**switch_env(enabled), **(env or {})}, events=target.event_patterns())
+    return judge(target, check, enabled, inputs, res.value, res.events)
+
+
+def _with_fakes(*args):  # type: ignore[no-untyped-def]
+    sys.path.insert(0, FAKES)
+    return run_switch_case(*args)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_on_that_registers_nothing_fails_every_enabled_case(check: str) -> None:
+    problems = run_case(OnRegistersNothing(), check, True)
+    assert problems, f"the broken 'on' passed {check}"
+    assert any("off by identity" in p for p in problems)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_off_that_leaks_fails_every_disabled_case(check: str) -> None:
+    problems = run_case(OffLeaks(), check, False)
+    assert problems, f"the leaking 'off' passed {check}"
+    assert any("on by identity" in p for p in problems)
+
+
+@pytest.mark.parametrize("check", ["mm", "matmul", "torch_sum", "tensor_sum", "add_rms_norm"])
+def test_leak_is_caught_by_events_alone(check: str) -> None:
+    """Even a target that lies about its identity is caught by the counted events."""
+
+    class LyingLeak(OffLeaks):
+        def is_enabled(self) -> bool:
+            return False
+
+    problems = run_case(LyingLeak(), check, False)
+    assert any("expected no batch_invariant_ops::" in p for p in problems), problems
+
+
+def test_enabled_case_does_not_leak_into_the_next() -> None:
+    target = ReferenceTarget()
+    assert run_case(target, "mm", True) == []
+    assert run_case(target, "mm", False) == []
+    assert run_case(target, "torch_sum", False) == []
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("enabled", [False, True])
+def test_reference_passes_every_case(check: str, enabled: bool) -> None:
+    assert run_case(ReferenceTarget(), check, enabled) == []
+
+
+def test_wrong_values_are_caught() -> None:
+    target = ReferenceTarget()
+    inputs = case_inputs("mm")
+    got = {"switch_env": "1", "enabled_by_identity": True,
+           "out": (inputs["a"].float() @ inputs["b"].float()) + 1}
+    problems = judge(target, "mm", True, inputs, got, {"batch_invariant_ops::mm": 1})
+    assert problems == ["mm out differs from the fp32 CPU reference (max abs diff 1.0); "
+                        "rtol=0, atol=0 required"]
+
+
+# --- vllm_ascend against the fakes ---------------------------------------------------------
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("enabled", [False, True])
+def test_vllm_ascend_adapter_on_fakes(check: str, enabled: bool) -> None:
+    assert run_case(VllmAscendTarget(), check, enabled, fakes=True) == []
+
+
+@pytest.mark.parametrize("broken, enabled", [("on-noop", True), ("off-leaks", False)])
+@pytest.mark.parametrize("check", ["switch", "mm", "add_rms_norm", "fused_infer_attention_score"])
+def test_vllm_ascend_adapter_catches_broken_fakes(check: str, broken: str, enabled: bool) -> None:
+    problems = run_case(VllmAscendTarget(), check, enabled, fakes=True,
+                        env={"FAKE_BI_BROKEN": broken})
+    assert problems
+
+
+def test_vllm_ascend_config_is_patched_not_required() -> None:
+    """init_batch_invariance reads get_ascend_config(), which raises un-patched."""
+
+    def check() -> tuple[str | None, str | None]:
+        import os
+
+        sys.path.insert(0, FAKES)
+        VllmAscendTarget().set_switch(True)
+        return os.environ.get("HCCL_DETERMINISTIC"), os.environ.get("LCCL_DETERMINISTIC")
+
+    assert run_isolated(check, method="forkserver").value == ("strict", "1")
+
+
+def test_vllm_ascend_unavailable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = VllmAscendTarget()
+    assert target.unavailable("cpu", "torch_npu is not installed") == "torch_npu is not installed"
+    monkeypatch.syspath_prepend(FAKES)
+    assert target.unavailable("cpu", "torch_npu is installed but reports no NPU") == \
+        "needs an NPU: torch_npu is installed but reports no NPU"
+    assert target.unavailable("npu", None) is None
+
+
+def test_vllm_ascend_broken_install_fails_not_skips(tmp_path: Path) -> None:
+    (tmp_path / "vllm_ascend").mkdir()
+    (tmp_path / "vllm_ascend" / "__init__.py").write_text("raise ImportError('libhccl.so missing')")
+
+    def run() -> None:
+        sys.path[:0] = [str(tmp_path), FAKES]
+        VllmAscendTarget().set_switch(True)
+
+    with pytest.raises(ImportError, match="libhccl.so missing"):
+        run_isolated(run, method="forkserver")
+
+
+# --- vllm against the fakes -----------------------------------------------------------------
+
+def test_vllm_adapter_switch_on_fakes() -> None:
+    for enabled in (False, True):
+        assert run_case(VllmTarget(), "switch", enabled, fakes=True,
+                        env={"FAKE_VLLM_PLATFORM": "cuda"}) == []
+
+
+def test_vllm_on_a_non_cuda_platform_raises_before_changing_state() -> None:
+    def run() -> bool:
+        sys.path.insert(0, FAKES)
+        target = VllmTarget()
+        try:
+            target.set_switch(True)
+        except NotImplementedError:
+            return target.is_enabled()
+        raise AssertionError("no NotImplementedError")
+
+    assert run_isolated(run, method="forkserver").value is False
+
+
+def test_vllm_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = VllmTarget()
+    assert target.unavailable("cpu", None) == "vllm is not installed"
+    monkeypatch.syspath_prepend(FAKES)
+    assert target.unavailable("cpu", None) == "needs a CUDA device: the session device is cpu"
+    assert "no batch_invariant_ops:: event" in target.not_applicable("mm")
+
+
+def test_registry_and_unknown_target() -> None:
+    assert list(registry())[:3] == ["reference", "vllm_ascend", "vllm"]
+    with pytest.raises(KeyError, match="unknown batch-invariance target 'nope'"):
+        get_target("nope")
+
+
+def test_suite_event_counts_land_in_junit(pytester: pytest.Pytester) -> None:
+    suite = Path(__file__).parent.parent / "suites" / "test_batch_invariant_switch.py"
+    pytester.makepyfile(test_switch_copy=suite.read_text())
+    result = pytester.runpytest("--bi-target", "reference", "--junitxml=j.xml", "-o",
+                                "junit_family=xunit1", "-k", "mm and enabled and not disabled")
+    result.assert_outcomes(passed=1)
+    xml = (pytester.path / "j.xml").read_text()
+    assert 'name="dispatch_events" value="{&quot;batch_invariant_ops::mm&quot;: 1}"' in xml
