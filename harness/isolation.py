@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import cloudpickle
 import psutil
@@ -39,6 +39,9 @@ import psutil
 from harness import reaper
 from harness.child import STACK_SIGNAL
 from harness.result import IsolatedResult
+
+if TYPE_CHECKING:
+    from harness.spoof import NpuSpoof
 
 #: bytes of each of stdout / stderr kept from the end of the child's output
 OUTPUT_LIMIT = 1 << 20
@@ -340,13 +343,15 @@ def run_isolated(
     env: Mapping[str, str | None] | None = None,
     method: str = "spawn",
     events: Sequence[str] | None = None,
+    spoof: NpuSpoof | None = None,
     **kwargs: Any,
 ) -> IsolatedResult:
     """Run ``fn(*args, **kwargs)`` once in a fresh process and return its ``IsolatedResult``.
 
     ``events``: profiler event names or ``ns::`` prefixes to count while fn runs; the counts
-    come back in ``result.events`` (``harness.dispatch``). ``timeout``, ``env``, ``method``
-    and ``events`` are the harness's own keywords, never passed on to fn.
+    come back in ``result.events`` (``harness.dispatch``). ``spoof``: a
+    ``harness.hardware.NpuSpoof`` installed in the child only. ``timeout``, ``env``,
+    ``method``, ``events`` and ``spoof`` are the harness's own keywords, never passed to fn.
 
     Raises what the child raised (rebuilt, with the child's traceback as a note), the same
     pytest outcome for skip / xfail / fail, ``ChildCrashed`` for a signal or an early exit,
@@ -355,12 +360,16 @@ def run_isolated(
     """
     __tracebackhide__ = True
     return isolate(fn, args, kwargs, timeout=timeout, env=env, method=method,
-                   contexts=child_contexts(events)).raise_for_outcome()
+                   contexts=child_contexts(events, spoof)).raise_for_outcome()
 
 
-def child_contexts(events: Sequence[str] | None = None) -> dict[str, Callable[[], Any]]:
-    """Child-side contexts for the harness's own keywords (event counting)."""
+def child_contexts(events: Sequence[str] | None = None,
+                   spoof: NpuSpoof | None = None) -> dict[str, Callable[[], Any]]:
+    """Child-side contexts for the harness's own keywords: the spoof first (so a counted
+    fn already sees the fake machine), then event counting."""
     contexts: dict[str, Callable[[], Any]] = {}
+    if spoof is not None:
+        contexts["spoof"] = spoof.installed
     if events:
         contexts["events"] = functools.partial(_count_events, tuple(events))
     return contexts

@@ -23,8 +23,10 @@ import pytest
 from harness import DEVICE_ENV, reaper
 from harness.devices import KINDS, DeviceError, DeviceInfo, detect, pinning_env
 from harness.forkserver import DEFAULT_PRELOAD, ForkServerLauncher, ForkServerUnavailable
+from harness.hardware import NpuVersions, detect_in_child, parse_version
 from harness.isolation import Launcher, SpawnLauncher, child_contexts, isolate
 from harness.result import IsolatedResult
+from harness.spoof import NpuSpoof
 
 DEFAULT_TIMEOUT_S = 180.0
 ISOLATION_CHOICES = ("auto", "spawn", "forkserver")
@@ -36,6 +38,7 @@ class HarnessSession:
 
     device: DeviceInfo
     timeout: float
+    npu: NpuVersions | None = None
     #: requested isolation: auto, spawn or forkserver
     method: str = "auto"
     preload: tuple[str, ...] = DEFAULT_PRELOAD
@@ -149,11 +152,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "isolation_timeout(seconds): timeout for this test's isolated children"
     )
+    config.addinivalue_line(
+        "markers", "soc(*families): run only on these Ascend families (A2, A3, A5, A1, "
+        "ASCEND310P, ASCEND310B); skipped elsewhere with the detected hardware",
+    )
+    config.addinivalue_line(
+        "markers", "min_cann(version): skip unless the detected CANN version is >= version",
+    )
+    config.addinivalue_line(
+        "markers", "min_driver(version): skip unless the detected driver (HDK) is >= version",
+    )
     workerinput = getattr(config, "workerinput", None)
     try:
         if workerinput and "harness_device" in workerinput:
             device = DeviceInfo.from_dict(workerinput["harness_device"])
+            npu = (NpuVersions.from_dict(workerinput["harness_npu"])
+                   if workerinput.get("harness_npu") else detect_in_child())
         else:
+            npu = detect_in_child()
             device = detect(_option(config, "harness_device"),
                             config.getoption("harness_device_count"))
         timeout = float(_option(config, "harness_isolation_timeout"))
@@ -170,7 +186,7 @@ def pytest_configure(config: pytest.Config) -> None:
             f"harness_isolation_timeout must be a number of seconds: {exc}"
         ) from None
     session = HarnessSession(
-        device=device, timeout=timeout, method=method, preload=preload,
+        device=device, timeout=timeout, method=method, preload=preload, npu=npu,
         worker_id=workerinput.get("workerid") if workerinput else None,
     )
     config.stash[SESSION_KEY] = session
@@ -182,6 +198,7 @@ def pytest_configure_node(node: Any) -> None:
     session = node.config.stash.get(SESSION_KEY, None)
     if session is not None:
         node.workerinput["harness_device"] = session.device.to_dict()
+        node.workerinput["harness_npu"] = session.npu.to_dict() if session.npu else None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -220,11 +237,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if session is None:
         return []
     isolation = f"; isolation={session.method}, timeout {session.timeout:g} s"
-    return [session.device.header() + isolation]
+    lines = [session.device.header() + isolation]
+    if session.npu is not None:
+        lines.append(f"npu-regress: ascend {session.npu.summary()}")
+    return lines
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     session = item.config.stash[SESSION_KEY]
+    if session.npu is not None:
+        item.user_properties.append(("npu_versions", session.npu.summary()))
+        _skip_for_hardware(item, session.npu)
     if item.get_closest_marker("npu") and session.device.npu_missing:
         pytest.skip(f"needs a real NPU: {session.device.npu_missing}")
     marker = item.get_closest_marker("device")
@@ -233,6 +256,31 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             f"runs only on {', '.join(marker.args)}; the session device is "
             f"{session.device.kind} ({session.device.reason})"
         )
+
+
+def _skip_for_hardware(item: pytest.Item, npu: NpuVersions) -> None:
+    """soc / min_cann / min_driver markers, each skip naming the detected value."""
+    marker = item.get_closest_marker("soc")
+    if marker and npu.hardware.name not in {str(f).upper() for f in marker.args}:
+        pytest.skip(f"needs Ascend {' or '.join(map(str, marker.args))}; detected "
+                    f"{npu.hardware.name}" + (f" ({npu.reason})" if npu.reason else ""))
+    for name, label, raw, source_key in (
+        ("min_cann", "CANN", npu.cann_version, "cann_version"),
+        ("min_driver", "driver (HDK)", npu.driver_version, "driver_version"),
+    ):
+        marker = item.get_closest_marker(name)
+        if not marker:
+            continue
+        need = str(marker.args[0])
+        have = parse_version(raw)
+        where = npu.sources.get(source_key, "no source")
+        if have is None:
+            pytest.skip(f"needs {label} >= {need}; detected {raw or 'none'} ({where})")
+        minimum = parse_version(need)
+        if minimum is None:
+            raise pytest.UsageError(f"@pytest.mark.{name}({need!r}): not a version")
+        if have < minimum:
+            pytest.skip(f"needs {label} >= {need}; detected {raw} ({where})")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -290,14 +338,14 @@ def run_on_npu(request: pytest.FixtureRequest) -> Callable[..., IsolatedResult]:
 
     def run(fn: Callable[..., Any], *args: Any, env: Mapping[str, str | None] | None = None,
             timeout: float | None = None, events: Sequence[str] | None = None,
-            **kwargs: Any) -> IsolatedResult:
+            spoof: NpuSpoof | None = None, **kwargs: Any) -> IsolatedResult:
         __tracebackhide__ = True
         res = isolate(
             fn, args, kwargs,
             timeout=default_timeout if timeout is None else timeout,
             env={**session.child_env(), **(env or {})},
             launcher=session.launcher(),
-            contexts=child_contexts(events),
+            contexts=child_contexts(events, spoof),
         )
         attach_result(request.node, res)
         return res.raise_for_outcome()
