@@ -1,0 +1,198 @@
+"""Cross-batch-size logprob bit-equality, with a diagnosis when it breaks.
+
+The promise of batch invariance: a sequence's logprobs do not depend on what else is in the
+batch. ``check_batch_invariance`` computes a probe sequence's logprobs alone, then inside
+batches of several sizes at the first, a middle and the last slot (the other slots filled
+with sequences of varied lengths), for prefill (prompt logprobs) and decode (greedy steps,
+the whole batch decoding together), and compares the raw bits. Each mismatch names the
+phase, batch size, slot, first differing token, largest absolute difference and largest
+distance in ULPs: what an engineer needs at 3 a.m. to know where it broke.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+DEFAULT_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 32)
+DEFAULT_SLOTS = ("first", "middle", "last")
+
+
+class LogprobSource(Protocol):
+    """Anything that yields per-sequence logprobs for a batch of token-id lists."""
+
+    def prefill(self, batch: list[list[int]]) -> list[torch.Tensor]:
+        """Prompt logprobs: one 1-D tensor per sequence (token t given tokens before it)."""
+
+    def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
+        """Greedy decode of the whole batch: one tensor of ``steps`` chosen-token logprobs
+        per sequence."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    phase: str  # "prefill" or "decode"
+    batch_size: int
+    slot: str
+    #: the probe's index in the batch
+    position: int
+    token_index: int
+    max_abs_diff: float
+    max_ulp: int
+    differing_tokens: int
+
+
+@dataclass
+class InvarianceReport:
+    source: str
+    batch_sizes: tuple[int, ...]
+    slots: tuple[str, ...]
+    decode_steps: int
+    probe_length: int
+    cases: int = 0
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+    @property
+    def equal(self) -> bool:
+        return not self.mismatches
+
+    def table(self) -> str:
+        """The mismatches as a fixed-width table (the failure message)."""
+        if self.equal:
+            return f"{self.source}: all {self.cases} cases bitwise equal"
+        head = ("phase", "batch", "slot", "pos", "first token", "tokens", "max |diff|",
+                "max ULP")
+        rows = [(m.phase, str(m.batch_size), m.slot, str(m.position), str(m.token_index),
+                 str(m.differing_tokens), f"{m.max_abs_diff:.3e}", str(m.max_ulp))
+                for m in self.mismatches]
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        lines = [f"{self.source}: {len(self.mismatches)} of {self.cases} cases differ from "
+                 f"batch size 1 (probe of {self.probe_length} tokens, {self.decode_steps} "
+                 "decode steps)"]
+        for r in [head, *rows]:
+            lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+        return "\n".join(lines)
+
+    def summary(self) -> dict[str, Any]:
+        """Compact, JSON-able: for record_property and the nightly report."""
+        return {
+            "source": self.source, "equal": self.equal, "cases": self.cases,
+            "mismatches": len(self.mismatches),
+            "batch_sizes_differing": sorted({m.batch_size for m in self.mismatches}),
+            "phases_differing": sorted({m.phase for m in self.mismatches}),
+            "max_ulp": max((m.max_ulp for m in self.mismatches), default=0),
+            "first": asdict(self.mismatches[0]) if self.mismatches else None,
+        }
+
+
+def _ordered(bits: torch.Tensor, sign_bit: int) -> torch.Tensor:
+    """Map IEEE bit patterns to integers whose difference counts ULPs."""
+    b = bits.long()
+    if sign_bit == 31:
+        b = b & 0xFFFFFFFF
+    else:
+        b = b & 0xFFFF
+    mag = b & ((1 << sign_bit) - 1)
+    return torch.where((b >> sign_bit) & 1 == 1, -mag, mag)
+
+
+def _bits(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    if t.dtype == torch.float64:
+        return t.view(torch.int64), 63
+    if t.dtype == torch.float32:
+        return t.view(torch.int32), 31
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return t.view(torch.int16), 15
+    raise TypeError(f"logprobs must be floating point, got {t.dtype}")
+
+
+def compare_bits(ref: torch.Tensor, got: torch.Tensor) -> tuple[int, float, int, int] | None:
+    """None if bitwise equal; else (first index, max abs diff, max ULP, differing count)."""
+    ref, got = ref.detach().cpu().flatten(), got.detach().cpu().flatten()
+    if ref.dtype != got.dtype or ref.shape != got.shape:
+        n = min(ref.numel(), got.numel())
+        return (n, float("inf"), -1, abs(ref.numel() - got.numel()) or 1)
+    rb, width = _bits(ref)
+    gb, _ = _bits(got)
+    differ = rb != gb
+    if not bool(differ.any()):
+        return None
+    first = int(differ.nonzero()[0, 0])
+    diff = (ref.double() - got.double()).abs()
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+    if width == 63:
+        ulp = int((rb - gb).abs().max())
+    else:
+        ulp = int((_ordered(rb, width) - _ordered(gb, width)).abs().max())
+    return first, float(diff[differ].max()), ulp, int(differ.sum())
+
+
+def make_sequences(seed: int, vocab: int, count: int, *, min_len: int = 4,
+                   max_len: int = 40) -> list[list[int]]:
+    """Token-id lists of varied lengths, drawn from ``seed``."""
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(rng.randint(min_len, max_len))]
+            for _ in range(count)]
+
+
+def slot_positions(batch_size: int, slots: Sequence[str]) -> list[tuple[str, int]]:
+    """(slot name, index) for each slot, without repeating an index."""
+    where = {"first": 0, "middle": batch_size // 2, "last": batch_size - 1}
+    out: list[tuple[str, int]] = []
+    seen: set[int] = set()
+    for slot in slots:
+        if slot not in where:
+            raise ValueError(f"slot {slot!r}: use first, middle or last")
+        if where[slot] not in seen:
+            seen.add(where[slot])
+            out.append((slot, where[slot]))
+    return out
+
+
+def check_batch_invariance(
+    source: LogprobSource,
+    *,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    slots: Sequence[str] = DEFAULT_SLOTS,
+    decode_steps: int = 8,
+    seed: int = 0,
+    probe: list[int] | None = None,
+    fillers: list[list[int]] | None = None,
+    vocab: int | None = None,
+) -> InvarianceReport:
+    """Compare the probe's logprobs alone (batch size 1) with the same probe inside batches
+    of ``batch_sizes`` at ``slots``, for prefill and decode, bit for bit."""
+    vocab = vocab or getattr(getattr(source, "config", None), "vocab", 1000)
+    if probe is None:
+        probe = make_sequences(seed, vocab, 1, min_len=24, max_len=24)[0]
+    need = max(batch_sizes) - 1
+    if fillers is None:
+        fillers = make_sequences(seed + 1, vocab, need)
+    if len(fillers) < need:
+        raise ValueError(f"{len(fillers)} fillers given; batch size {max(batch_sizes)} needs "
+                         f"{need}")
+    report = InvarianceReport(source=getattr(source, "name", type(source).__name__),
+                              batch_sizes=tuple(batch_sizes), slots=tuple(slots),
+                              decode_steps=decode_steps, probe_length=len(probe))
+    ref_prefill = source.prefill([probe])[0]
+    ref_decode = source.decode([probe], decode_steps)[0] if decode_steps else None
+    for bs in batch_sizes:
+        for slot, pos in slot_positions(bs, slots):
+            batch = [list(s) for s in fillers[: bs - 1]]
+            batch.insert(pos, list(probe))
+            phases = [("prefill", ref_prefill, lambda b=batch, p=pos: source.prefill(b)[p])]
+            if ref_decode is not None:
+                phases.append(("decode", ref_decode,
+                               lambda b=batch, p=pos: source.decode(b, decode_steps)[p]))
+            for phase, ref, run in phases:
+                report.cases += 1
+                found = compare_bits(ref, run())
+                if found is not None:
+                    first, max_abs, ulp, count = found
+                    report.mismatches.append(Mismatch(phase, bs, slot, pos, first, max_abs,
+                                                      ulp, count))
+    return report
