@@ -91,11 +91,7 @@ class InvarianceReport:
 
 def _ordered(bits: torch.Tensor, sign_bit: int) -> torch.Tensor:
     """Map IEEE bit patterns to integers whose difference counts ULPs."""
-    b = bits.long()
-    if sign_bit == 31:
-        b = b & 0xFFFFFFFF
-    else:
-        b = b & 0xFFFF
+    b = bits.long() & ((1 << (sign_bit + 1)) - 1)
     mag = b & ((1 << sign_bit) - 1)
     return torch.where((b >> sign_bit) & 1 == 1, -mag, mag)
 
