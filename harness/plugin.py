@@ -16,6 +16,7 @@ import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from harness.forkserver import DEFAULT_PRELOAD, ForkServerLauncher, ForkServerUn
 from harness.hardware import NpuVersions, detect_in_child, parse_version
 from harness.isolation import Launcher, SpawnLauncher, child_contexts, isolate
 from harness.result import IsolatedResult
+from harness.results import ResultsWriter, child_record
 from harness.spoof import NpuSpoof
 
 DEFAULT_TIMEOUT_S = 180.0
@@ -127,6 +129,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "one added through the npu_regress.invariance_targets entry points. Default: every "
         "known target; those that cannot run here skip with the reason.",
     )
+    group.addoption(
+        "--harness-results", dest="harness_results", default=None, metavar="PATH",
+        help="write one JSON line per finished test (plus a run header and footer) to PATH. "
+        "Default: ini harness_results; `pytest suites/` defaults to "
+        "reports/latest/results.jsonl. Empty: off.",
+    )
+    group.addoption(
+        "--harness-runner", dest="harness_runner", default=None, metavar="NAME",
+        help="runner name recorded in the results file (default: $HARNESS_RUNNER, else the "
+        "host name)",
+    )
+    parser.addini("harness_results", "default for --harness-results", default="")
     parser.addini("harness_device", "default for --device", default="auto")
     parser.addini("harness_isolation", "default for --isolation", default="auto")
     parser.addini("harness_isolation_preload", "default for --isolation-preload",
@@ -193,12 +207,41 @@ def pytest_configure(config: pytest.Config) -> None:
     _install_sigterm(session)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # after conftests' pytest_configure (suites/conftest.py sets the results default)
+    _register_results(session.config, session.config.stash[SESSION_KEY])
+
+
 def pytest_configure_node(node: Any) -> None:
     """xdist controller: hand the detected device to the workers instead of probing N times."""
     session = node.config.stash.get(SESSION_KEY, None)
     if session is not None:
         node.workerinput["harness_device"] = session.device.to_dict()
         node.workerinput["harness_npu"] = session.npu.to_dict() if session.npu else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Carry each isolated child's ending on the report (serialisable: crosses xdist)."""
+    report = yield
+    children = item.stash.get(RESULTS_KEY, [])
+    report.harness_children = [child_record(r) for r in children] if call.when == "call" else []
+    return report
+
+
+def _register_results(config: pytest.Config, session: HarnessSession) -> None:
+    path = _option(config, "harness_results")
+    if not path or hasattr(config, "workerinput"):  # the xdist controller writes
+        return
+    target = Path(path)
+    if not target.is_absolute():
+        target = Path(str(config.invocation_params.dir)) / target
+    try:
+        writer = ResultsWriter(target, config, session)
+    except OSError as exc:
+        raise pytest.UsageError(f"--harness-results {path}: cannot write there ({exc})") from None
+    config.pluginmanager.register(writer, "npu_regress_results")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

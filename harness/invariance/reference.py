@@ -38,7 +38,15 @@ _batch_invariant_LIB: torch.library.Library | None = None
 ORIGINAL_TORCH_SUM = torch.sum
 ORIGINAL_TENSOR_SUM = torch.Tensor.sum
 
-_ops_lib = torch.library.Library(NAMESPACE, "FRAGMENT")  # noqa: F841 - keeps the defs alive
+# The libraries hang off the torch module, not this one: a re-import (importlib.reload,
+# pytester's sys.modules restore) must reuse them. A second Library defining the same ops, or
+# the first one collected while its Python kernels are still registered, corrupts the process.
+_LIBS: dict[str, torch.library.Library] = torch.__dict__.setdefault("_npu_regress_libs", {})
+if NAMESPACE not in _LIBS:
+    _LIBS[NAMESPACE] = torch.library.Library(NAMESPACE, "FRAGMENT")
+    _LIBS["harness_ref"] = torch.library.Library("harness_ref", "FRAGMENT")
+_ops_lib = _LIBS[NAMESPACE]
+_fused_lib = _LIBS["harness_ref"]
 _DEFS = {
     "mm": "mm(Tensor a, Tensor b) -> Tensor",
     "matmul": "matmul(Tensor a, Tensor b) -> Tensor",
@@ -52,8 +60,7 @@ _DEFS = {
             "-> Tensor",
     # the "vendor" fused kernel that the switch replaces (torch_npu.npu_add_rms_norm's role)
 }
-_fused_lib = torch.library.Library("harness_ref", "FRAGMENT")  # noqa: F841
-FUSED_ADD_RMS_NORM = "harness_ref::fused_add_rms_norm"
+FUSED_ADD_RMS_NORM = "harness_ref::fused_add_rms_norm"  # also in adapters (parent side)
 
 
 #: half-precision inputs are multiplied in fp32: on the CI CPU a fixed-block fp32 bmm is
@@ -172,7 +179,10 @@ _IMPLS = {
 
 
 def _define_ops() -> None:
-    """Define our ops unless this process already has them (another import, or a vendor)."""
+    """Define our ops once per process, whatever re-imports this module."""
+    if torch.__dict__.get("_npu_regress_ops_defined"):
+        return
+    torch._npu_regress_ops_defined = True  # type: ignore[attr-defined]
     for name, schema in _DEFS.items():
         if not hasattr(torch.ops.batch_invariant_ops, name):
             _ops_lib.define(schema)

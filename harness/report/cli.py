@@ -1,0 +1,53 @@
+"""``python -m harness report ...`` (also the ``npu-regress`` console script)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.report import history as hist
+from harness.report.compare import compare
+from harness.report.load import load_results
+from harness.report.render import render
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="npu-regress", description="npu-regress reports")
+    top = parser.add_subparsers(dest="command", required=True)
+    report = top.add_parser("report", help="merge results files into a nightly report")
+    sub = report.add_subparsers(dest="action", required=True)
+    render_p = sub.add_parser("render", help="write report.html, summary.md, summary.json")
+    render_p.add_argument("results", nargs="+", type=Path, help="results.jsonl files")
+    render_p.add_argument("--out", type=Path, required=True, help="output directory")
+    render_p.add_argument("--history", type=Path, help="earlier nights (report history add)")
+    history_p = sub.add_parser("history", help="manage the nights kept for comparison")
+    hsub = history_p.add_subparsers(dest="history_action", required=True)
+    add_p = hsub.add_parser("add", help="file tonight's results under their date")
+    add_p.add_argument("results", nargs="+", type=Path)
+    add_p.add_argument("--history", type=Path, required=True)
+    add_p.add_argument("--keep", type=int, default=hist.DEFAULT_KEEP,
+                       help=f"nights to keep (default {hist.DEFAULT_KEEP})")
+    add_p.add_argument("--date", help="file under this date (YYYY-MM-DD) instead of the "
+                                      "results' start date")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    missing = [str(p) for p in args.results if not p.is_file()]
+    if missing:
+        print(f"npu-regress: no such results file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if args.action == "history":
+        for line in hist.add(args.results, args.history, keep=args.keep, date=args.date):
+            print(line)
+        return 0
+    tonight = [load_results(p) for p in args.results]
+    date = max((r.date for r in tonight), default=None)
+    comp = compare(tonight, hist.load_history(args.history, before=date))
+    for path in render(comp, args.out):
+        print(f"wrote {path}")
+    for problem in comp.problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    return 0

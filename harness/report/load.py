@@ -1,0 +1,157 @@
+"""Reading results files from other runners, which may be truncated, malformed or hostile.
+
+Nothing here trusts its input: every line is parsed on its own, every field is checked for
+type and size, and a bad line becomes a recorded problem (file and line number), never an
+exception. A truncated file (a killed run) yields every complete line and says it had no
+footer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+FAILING = ("failed", "error", "xpassed")
+#: longest string kept from any field (longer ones are cut, not rejected)
+MAX_TEXT = 20_000
+MAX_LINE = 2_000_000
+
+
+@dataclass
+class TestResult:
+    id: str
+    outcome: str
+    duration: float = 0.0
+    reason: str = ""
+    longrepr: str = ""
+    dispatch_events: dict[str, int] | None = None
+    logprob_report: Any = None
+    children: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def failing(self) -> bool:
+        return self.outcome in FAILING
+
+
+@dataclass
+class RunResults:
+    path: str
+    runner: str
+    header: dict[str, Any] = field(default_factory=dict)
+    footer: dict[str, Any] | None = None
+    tests: dict[str, TestResult] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def date(self) -> str:
+        start = self.header.get("start")
+        return start[:10] if isinstance(start, str) and len(start) >= 10 else "unknown-date"
+
+    @property
+    def duration(self) -> float:
+        if self.footer and isinstance(self.footer.get("duration"), int | float):
+            return float(self.footer["duration"])
+        return sum(t.duration for t in self.tests.values())
+
+    @property
+    def complete(self) -> bool:
+        return self.footer is not None
+
+
+def _text(value: Any, limit: int = MAX_TEXT) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit] + " [...cut]"
+
+
+def _events(value: Any) -> dict[str, int] | None:
+    if not isinstance(value, dict):
+        return None
+    return {_text(k, 200): int(v) for k, v in list(value.items())[:500]
+            if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _small(value: Any) -> Any:
+    """A JSON value kept as-is when small, else its text cut to MAX_TEXT."""
+    if value is None:
+        return None
+    text = json.dumps(value, default=str)
+    return value if len(text) <= MAX_TEXT else _text(text)
+
+
+def _children(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    out = []
+    for child in value[:20]:
+        if isinstance(child, dict):
+            out.append({_text(k, 100): (v if isinstance(v, int | float | bool) or v is None
+                                        else _text(v, 4000)) for k, v in child.items()})
+    return out
+
+
+def parse_test(record: dict[str, Any]) -> TestResult:
+    test_id, outcome = record.get("id"), record.get("outcome")
+    if not isinstance(test_id, str) or not test_id:
+        raise ValueError("a test line without a string 'id'")
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome {_text(outcome, 40)!r} is not one of {', '.join(OUTCOMES)}")
+    duration = record.get("duration", 0.0)
+    return TestResult(
+        id=_text(test_id, 1000), outcome=outcome,
+        duration=float(duration) if isinstance(duration, int | float) else 0.0,
+        reason=_text(record.get("reason")), longrepr=_text(record.get("longrepr")),
+        dispatch_events=_events(record.get("dispatch_events")),
+        logprob_report=_small(record.get("logprob_report")),
+        children=_children(record.get("children")),
+    )
+
+
+def load_results(path: Path) -> RunResults:
+    """Every readable line of one results file; problems recorded, never raised."""
+    run = RunResults(path=str(path), runner=path.stem)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        run.problems.append(f"{path}: cannot read ({exc})")
+        return run
+    lines = raw.decode("utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, 1):
+        where = f"{path.name}:{number}"
+        if not line.strip():
+            continue
+        if len(line) > MAX_LINE:
+            run.problems.append(f"{where}: line of {len(line)} characters skipped")
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+            kind = record.get("type")
+            if kind == "header":
+                run.header = {k: v for k, v in record.items() if isinstance(k, str)}
+                if isinstance(record.get("runner"), str) and record["runner"].strip():
+                    run.runner = _text(record["runner"], 200)
+            elif kind == "test":
+                result = parse_test(record)
+                if result.id in run.tests and result.outcome != "error":
+                    continue  # a teardown line never hides the call's outcome
+                if result.id in run.tests:
+                    result.longrepr = run.tests[result.id].longrepr + "\n" + result.longrepr
+                run.tests[result.id] = result
+            elif kind == "footer":
+                run.footer = record
+            else:
+                raise ValueError(f"unknown line type {_text(kind, 40)!r}")
+        except (ValueError, TypeError, KeyError) as exc:
+            run.problems.append(f"{where}: skipped ({_text(str(exc), 300)})")
+    if not run.header:
+        run.problems.append(f"{path.name}: no header line; runner named after the file")
+    if run.footer is None:
+        run.problems.append(f"{path.name}: no footer: the run was cut short; "
+                            f"{len(run.tests)} finished tests kept")
+    return run

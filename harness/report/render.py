@@ -1,0 +1,103 @@
+"""Write report.html (self-contained, inline SVG, no network), summary.md (fit for
+$GITHUB_STEP_SUMMARY) and summary.json. Every string from a results file reaches HTML only
+through jinja2 with autoescape on, and Markdown only through ``_md``, which neutralises
+markup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from harness.report.compare import Comparison
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
+           "#7f7f7f")
+CHART_W, CHART_H, PAD = 560, 180, 36
+
+
+def _chart(comp: Comparison, key: str, label: str, fmt: str) -> dict[str, Any]:
+    """Polylines (numbers only) per runner for one metric over the nights."""
+    dates = sorted({p["date"] for pts in comp.trend.values() for p in pts})
+    values = [p[key] for pts in comp.trend.values() for p in pts if p[key] is not None]
+    top = max(values, default=1.0) or 1.0
+    if key == "pass_rate":
+        top = 1.0
+    xs = {d: PAD + (CHART_W - 2 * PAD) * (i / max(len(dates) - 1, 1)) for i, d in
+          enumerate(dates)}
+    lines = []
+    for i, (runner, pts) in enumerate(sorted(comp.trend.items())):
+        coords = [(round(xs[p["date"]], 1), round(CHART_H - PAD - (CHART_H - 2 * PAD)
+                                                  * (p[key] / top), 1))
+                  for p in pts if p[key] is not None]
+        lines.append({"runner": runner, "color": PALETTE[i % len(PALETTE)],
+                      "points": " ".join(f"{x},{y}" for x, y in coords), "dots": coords})
+    return {"label": label, "lines": lines, "dates": dates, "xs": xs, "top": fmt.format(top),
+            "w": CHART_W, "h": CHART_H, "pad": PAD}
+
+
+def _md(text: Any) -> str:
+    """Plain text for Markdown tables: no HTML, no table breaks, no links, one line."""
+    s = str(text).replace("\n", " ").replace("\r", " ")
+    for ch, rep in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("[", "\\["),
+                    ("]", "\\]"), ("`", "'")):
+        s = s.replace(ch, rep)
+    return s[:300]
+
+
+def summary_markdown(comp: Comparison) -> str:
+    s = comp.summary()
+    lines = [f"# npu-regress nightly {_md(comp.date)}", "",
+             f"Runners: {', '.join(_md(r) for r in comp.runners) or 'none'}; "
+             f"{s['tests']} tests; compared with {len(comp.nights)} earlier night(s).", "",
+             "| | count |", "|---|---|"]
+    for key, title in (("new_failures", "New failures"), ("fixed", "Fixed"),
+                       ("still_failing", "Still failing"), ("flaky", "Flaky"),
+                       ("event_changes", "Dispatch-event counts changed")):
+        lines.append(f"| {title} | {len(s[key])} |")
+    skipped = sum(s["skipped_by_reason"].values())
+    lines.append(f"| Skipped | {skipped} |")
+    for key, title in (("new_failures", "New failures"), ("still_failing", "Still failing"),
+                       ("flaky", "Flaky"), ("fixed", "Fixed")):
+        if s[key]:
+            lines += ["", f"## {title}", "", "| test | runner | outcome | since |",
+                      "|---|---|---|---|"]
+            lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['outcome'])} | "
+                      f"{_md(r['since'] or '')} |" for r in s[key]]
+    if s["event_changes"]:
+        lines += ["", "## Dispatch-event counts changed since last night", "",
+                  "| test | runner | before | now |", "|---|---|---|---|"]
+        lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['events_before'])} | "
+                  f"{_md(r['events_now'])} |" for r in s["event_changes"]]
+    if s["skipped_by_reason"]:
+        lines += ["", "## Skipped, by reason", "", "| reason | count |", "|---|---|"]
+        lines += [f"| {_md(reason)} | {n} |" for reason, n in s["skipped_by_reason"].items()]
+    if s["problems"]:
+        lines += ["", "## Input problems (lines skipped)", ""]
+        lines += [f"- {_md(p)}" for p in s["problems"][:50]]
+    return "\n".join(lines) + "\n"
+
+
+def render(comp: Comparison, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("harness.report", "templates"),
+        autoescape=True, undefined=jinja2.StrictUndefined,
+    )
+    env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=1, sort_keys=True,
+                                                        default=str)
+    html = env.get_template("report.html.j2").render(
+        comp=comp, summary=comp.summary(),
+        charts=[_chart(comp, "pass_rate", "pass rate", "{:.0%}"),
+                _chart(comp, "duration", "suite duration (s)", "{:.0f}")],
+    )
+    files = {"report.html": html, "summary.md": summary_markdown(comp),
+             "summary.json": json.dumps(comp.summary(), indent=1, sort_keys=True, default=str)}
+    written = []
+    for name, text in files.items():
+        path = out / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written

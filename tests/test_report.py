@@ -1,0 +1,207 @@
+"""The results file and the nightly report: consecutive runs, history, hostile and broken
+input, and the rendered page checked in a real browser."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.report import history as hist
+from harness.report.cli import main as cli
+from harness.report.compare import compare
+from harness.report.load import load_results
+
+SUITE = Path(__file__).parent.parent / "suites" / "test_batch_invariant_switch.py"
+CANARY = """
+import os
+def test_canary(run_on_npu):
+    assert run_on_npu(lambda: os.environ.get("CANARY_FAIL") is None).value, "canary failed"
+"""
+
+
+def night(pytester: pytest.Pytester, runner: str, date: str, fail: bool,
+          monkeypatch: pytest.MonkeyPatch) -> Path:
+    """One `pytest` run of a slice of the real switch suite plus a canary, as runner."""
+    out = pytester.path / f"{runner}-{date}.jsonl"
+    if fail:
+        monkeypatch.setenv("CANARY_FAIL", "1")
+    else:
+        monkeypatch.delenv("CANARY_FAIL", raising=False)
+    result = pytester.runpytest("--harness-results", str(out), "--harness-runner", runner,
+                                "--bi-target", "reference", "-k", "canary or mm-enabled")
+    assert result.parseoutcomes().get("passed") == (1 if fail else 2), result.stdout.str()[-3000:]
+    result.assert_outcomes(passed=1 if fail else 2, failed=1 if fail else 0)
+    lines = out.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["start"] = f"{date}T01:00:00+00:00"
+    out.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    return out
+
+
+def test_two_nights_name_the_new_failure(pytester: pytest.Pytester, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_switch_copy=SUITE.read_text(), test_canary=CANARY)
+    history, out = tmp_path / "history", tmp_path / "out"
+    first = [night(pytester, r, "2026-11-29", False, monkeypatch) for r in ("cpu-a", "cpu-b")]
+    assert cli(["report", "history", "add", *map(str, first), "--history", str(history)]) == 0
+    second = [night(pytester, "cpu-a", "2026-11-30", False, monkeypatch),
+              night(pytester, "cpu-b", "2026-11-30", True, monkeypatch)]
+    assert cli(["report", "render", *map(str, second), "--out", str(out),
+                "--history", str(history)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(r["test"], r["runner"]) for r in summary["new_failures"]] == [
+        ("test_canary.py::test_canary", "cpu-b")]
+    assert summary["fixed"] == [] and summary["still_failing"] == []
+    md = (out / "summary.md").read_text()
+    assert "| New failures | 1 |" in md
+    assert "| test_canary.py::test_canary | cpu-b | failed |  |" in md
+    assert (out / "report.html").read_text().count('class="test-row"') == 2
+
+
+def _write(path: Path, records: list[object], tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
+    return path
+
+
+def _header(runner: str, date: str) -> dict[str, object]:
+    return {"type": "header", "runner": runner, "start": f"{date}T00:00:00+00:00"}
+
+
+def _test(test_id: str, outcome: str, **extra: object) -> dict[str, object]:
+    return {"type": "test", "id": test_id, "outcome": outcome, "duration": 0.5, **extra}
+
+
+FOOTER = {"type": "footer", "exitstatus": 0, "duration": 1.0}
+
+
+def test_truncated_malformed_and_hostile_lines_are_skipped_not_fatal(tmp_path: Path) -> None:
+    path = _write(tmp_path / "bad.jsonl", [
+        _header("a3", "2026-11-30"),
+        _test("t::ok", "passed"),
+        [1, 2, 3],
+        {"type": "test", "outcome": "passed"},
+        _test("t::odd", "exploded"),
+        {"type": "mystery"},
+        _test("t::<script>alert(1)</script>", "failed", longrepr={"not": "a string"},
+              dispatch_events={"aten::mm": 2, "bad": "x", "flag": True}, children="nope"),
+    ], tail='{"type": "test", "id": "t::cut", "outc')
+    run = load_results(path)
+    assert sorted(run.tests) == ["t::<script>alert(1)</script>", "t::ok"]
+    assert run.tests["t::<script>alert(1)</script>"].dispatch_events == {"aten::mm": 2}
+    assert run.tests["t::<script>alert(1)</script>"].children == []
+    problems = "\n".join(run.problems)
+    for expected in ("bad.jsonl:3: skipped (not a JSON object)",
+                     "bad.jsonl:4: skipped (a test line without a string 'id')",
+                     "bad.jsonl:5: skipped (outcome 'exploded' is not one of",
+                     "bad.jsonl:6: skipped (unknown line type 'mystery')",
+                     "bad.jsonl:8: skipped (Unterminated string",
+                     "no footer: the run was cut short; 2 finished tests kept"):
+        assert expected in problems
+
+
+def test_unreadable_and_headerless_inputs(tmp_path: Path) -> None:
+    run = load_results(_write(tmp_path / "x86-box.jsonl", [_test("t::a", "passed"), FOOTER]))
+    assert run.runner == "x86-box" and "no header line" in run.problems[0]
+    assert load_results(tmp_path / "missing.jsonl").problems[0].startswith(
+        f"{tmp_path / 'missing.jsonl'}: cannot read")
+    (tmp_path / "bin.jsonl").write_bytes(b"\xff\xfe\x00garbage\n")
+    assert len(load_results(tmp_path / "bin.jsonl").problems) == 3
+
+
+def test_history_statuses_since_flaky_and_event_changes(tmp_path: Path) -> None:
+    history = tmp_path / "history"
+    outcomes = {  # night -> (t::flip, t::broken, t::heal, events of t::ev)
+        "2026-11-25": ("passed", "passed", "failed", 1),
+        "2026-11-26": ("failed", "failed", "failed", 1),
+        "2026-11-27": ("passed", "failed", "failed", 1),
+    }
+    for date, (flip, broken, heal, ev) in outcomes.items():
+        path = _write(tmp_path / f"{date}.jsonl", [
+            _header("a2", date), _test("t::flip", flip), _test("t::broken", broken),
+            _test("t::heal", heal), _test("t::ev", "passed", dispatch_events={"x::op": ev}),
+            _test("t::skip", "skipped", reason="needs a real NPU"), FOOTER])
+        hist.add([path], history, keep=2)
+    assert sorted(p.name for p in history.iterdir()) == ["2026-11-26", "2026-11-27"]
+    tonight = load_results(_write(tmp_path / "tonight.jsonl", [
+        _header("a2", "2026-11-28"), _test("t::flip", "failed"), _test("t::broken", "failed"),
+        _test("t::heal", "passed"), _test("t::ev", "passed", dispatch_events={"x::op": 3}),
+        _test("t::skip", "skipped", reason="needs a real NPU"), FOOTER]))
+    comp = compare([tonight], hist.load_history(history, before="2026-11-28"))
+    status = {c.test: (c.status, c.since) for c in comp.cells.values()}
+    assert status == {"t::flip": ("flaky", None), "t::broken": ("still-failing", "2026-11-26"),
+                      "t::heal": ("fixed", None), "t::ev": ("passing", None),
+                      "t::skip": ("skipped", None)}
+    assert [(c.test, c.events_before, c.events_now) for c in comp.event_changes()] == [
+        ("t::ev", {"x::op": 1}, {"x::op": 3})]
+    assert comp.summary()["skipped_by_reason"] == {"needs a real NPU": 1}
+
+
+def test_duplicate_runner_names_are_kept_apart(tmp_path: Path) -> None:
+    a = load_results(_write(tmp_path / "a.jsonl", [_header("a2", "2026-11-30"),
+                                                   _test("t::x", "passed"), FOOTER]))
+    b = load_results(_write(tmp_path / "b.jsonl", [_header("a2", "2026-11-30"),
+                                                   _test("t::x", "failed"), FOOTER]))
+    comp = compare([a, b], [])
+    assert comp.runners == ["a2", "a2#2"]
+    assert "runner 'a2' appears twice" in comp.problems[0]
+
+
+def test_cli_names_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["report", "render", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)]) == 2
+    assert "no such results file" in capsys.readouterr().err
+
+
+def test_killed_run_leaves_a_readable_file(tmp_path: Path) -> None:
+    (tmp_path / "test_killed.py").write_text(
+        "import os, signal\n"
+        "def test_one():\n    pass\n"
+        "def test_two():\n    pass\n"
+        "def test_zz_dies():\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = tmp_path / "results.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "--harness-results", str(out), str(tmp_path / "test_killed.py")],
+                          cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert proc.returncode == -9
+    run = load_results(out)
+    assert {t: r.outcome for t, r in run.tests.items()} == {
+        "test_killed.py::test_one": "passed", "test_killed.py::test_two": "passed"}
+    assert run.header["runner"] and run.footer is None
+
+
+# --- the page in a real browser --------------------------------------------------------------
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def test_report_in_headless_chromium(tmp_path: Path) -> None:
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium is not installed (ci/setup.sh --test installs Debian's chromium "
+                    "with apt-get; it was not available here)")
+    hostile = '<script>document.body.setAttribute("data-pwned","1")</script>'
+    path = _write(tmp_path / "r.jsonl", [
+        _header(f"a5{hostile}", "2026-11-30"), _test("t::fine", "passed"),
+        _test(f"t::{hostile}", "failed", longrepr=hostile, reason=hostile),
+        _test("t::img<img src=x onerror=document.title='pwned'>", "skipped", reason=hostile),
+        FOOTER])
+    out = tmp_path / "out"
+    assert cli(["report", "render", str(path), "--out", str(out)]) == 0
+    dom = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+         (out / "report.html").as_uri()],
+        capture_output=True, text=True, timeout=120, check=False).stdout
+    assert dom.count('class="test-row"') == 3
+    assert '<td id="count-new-failures">1</td>' in dom
+    assert "data-pwned" not in dom.split("<body", 1)[1].split(">", 1)[0]  # script never ran
+    assert "<title>npu-regress nightly 2026-11-30</title>" in dom
+    assert "&lt;script&gt;document.body.setAttribute" in dom  # shown as text
+    assert "<img" not in dom
