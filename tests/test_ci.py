@@ -1,0 +1,72 @@
+"""ci/: the runner script end to end, and the workflow files checked by a linter."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.process_checks import assert_gone
+
+ROOT = Path(__file__).parent.parent
+WORKFLOWS = sorted((ROOT / "ci" / "workflows").glob("*.yml"))
+
+
+def _lint(paths: list[Path]) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("check-jsonschema")
+    if exe is None:
+        pytest.skip("check-jsonschema is not installed (bash ci/setup.sh --test installs it)")
+    return subprocess.run([exe, "--builtin-schema", "vendor.github-workflows",
+                           *map(str, paths)], capture_output=True, text=True, check=False)
+
+
+def test_workflows_pass_the_github_workflow_schema() -> None:
+    assert [p.name for p in WORKFLOWS] == ["nightly.yml", "pr-cpu.yml"]
+    proc = _lint(WORKFLOWS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_linter_catches_a_broken_workflow(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yml"
+    broken.write_text(WORKFLOWS[0].read_text().replace("runs-on:", "runs-onn:", 1))
+    proc = _lint([broken])
+    assert proc.returncode != 0 and "'runs-on' is a required property" in proc.stdout
+
+
+def test_shell_scripts_parse() -> None:
+    for script in ("ci/run-suites.sh", "ci/setup.sh", ".ci/run"):
+        assert subprocess.run(["bash", "-n", str(ROOT / script)], check=False).returncode == 0
+
+
+def test_run_suites_end_to_end(tmp_path: Path) -> None:
+    """A failing extra test that leaves a sleeper behind: the job fails with pytest's status,
+    the report is still written, and nothing of the run's process group survives."""
+    pidfile = tmp_path / "sleeper.pid"
+    (tmp_path / "test_leaky.py").write_text(
+        "import subprocess\n"
+        "def test_leaves_a_process_and_fails():\n"
+        "    p = subprocess.Popen(['sleep', '600'])\n"
+        f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "    assert False, 'made to fail'\n")
+    out = tmp_path / "out"
+    env = dict(os.environ, HARNESS_OUT=str(out), HARNESS_RUNNER="ci-e2e")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "ci" / "run-suites.sh"), "-k", "leaky or reference-mm-enabled",
+         "--bi-target", "reference", str(tmp_path / "test_leaky.py"), "-p", "no:cacheprovider",
+         "--rootdir", str(ROOT)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "npu-regress: runner=ci-e2e device=cpu x1" in proc.stdout
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    outcomes = {r["id"].rsplit("::", 1)[-1]: r["outcome"] for r in lines if r["type"] == "test"}
+    assert outcomes == {"test_leaves_a_process_and_fails": "failed",
+                        "test_switch[reference-mm-enabled]": "passed"}
+    assert lines[0]["runner"] == "ci-e2e" and lines[-1]["type"] == "footer"
+    assert (out / "junit.xml").is_file()
+    summary = (out / "report" / "summary.md").read_text()
+    assert "test_leaves_a_process_and_fails | ci-e2e | failed" in summary
+    assert_gone([int(pidfile.read_text())])
