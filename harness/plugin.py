@@ -29,6 +29,7 @@ from harness.isolation import Launcher, SpawnLauncher, child_contexts, isolate
 from harness.result import IsolatedResult
 from harness.results import ResultsWriter, child_record
 from harness.spoof import NpuSpoof
+from harness.whole_test import HarnessHookspecs, WholeTestIsolation
 
 DEFAULT_TIMEOUT_S = 180.0
 ISOLATION_CHOICES = ("auto", "spawn", "forkserver")
@@ -140,6 +141,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="runner name recorded in the results file (default: $HARNESS_RUNNER, else the "
         "host name)",
     )
+    group.addoption(
+        "--isolate-all", dest="harness_isolate_all", action="store_true", default=False,
+        help="run every test's call phase in a fresh process (as @pytest.mark.isolated "
+        "does): the test function with its resolved fixture values, which must pickle",
+    )
     parser.addini("harness_results", "default for --harness-results", default="")
     parser.addini("harness_device", "default for --device", default="auto")
     parser.addini("harness_isolation", "default for --isolation", default="auto")
@@ -174,6 +180,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "min_cann(version): skip unless the detected CANN version is >= version",
     )
     config.addinivalue_line(
+        "markers", "isolated(timeout=None, env=None): run this test's call phase in a fresh "
+        "process (fixture values must pickle); env sets variables in that process only",
+    )
+    config.addinivalue_line(
         "markers", "min_driver(version): skip unless the detected driver (HDK) is >= version",
     )
     workerinput = getattr(config, "workerinput", None)
@@ -205,6 +215,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[SESSION_KEY] = session
     _install_sigterm(session)
+    config.pluginmanager.register(WholeTestIsolation(session), "npu_regress_whole_test")
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(HarnessHookspecs)
 
 
 @pytest.hookimpl(trylast=True)

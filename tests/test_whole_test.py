@@ -1,0 +1,224 @@
+"""Whole-test isolation (marker and --isolate-all) and the bad-fork guard for pytest-forked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+MATRIX = """
+import os, signal, sys, threading, time
+import pytest
+
+@pytest.fixture
+def data():
+    return {"answer": 42}
+
+def test_pass(data, tmp_path):
+    (tmp_path / "f").write_text("x")
+    assert data["answer"] == 42
+
+def test_fail():
+    value = 1 + 1
+    assert value == 3
+
+def test_skip():
+    pytest.skip("skipped inside")
+
+@pytest.mark.xfail(strict=True, reason="known")
+def test_xfail_strict_fails_as_expected():
+    assert False
+
+@pytest.mark.xfail(strict=True, reason="known")
+def test_xpass_strict():
+    pass
+
+@pytest.mark.xfail(strict=False, reason="maybe")
+def test_xpass_lenient():
+    pass
+
+def test_imperative_xfail():
+    pytest.xfail("not yet")
+
+def test_crash():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+@pytest.mark.isolation_timeout(2)
+def test_hang():
+    time.sleep(600)
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_param(n):
+    assert n in (1, 2)
+
+class TestClass:
+    def setup_method(self):
+        self.base = 10
+
+    def test_method(self, data):
+        assert self.base + data["answer"] == 52
+
+def test_pid_differs():
+    print("child pid", os.getpid())
+    assert os.environ.get("HARNESS_CHILD") == "1"
+"""
+
+EXPECTED = dict(passed=5, failed=4, skipped=1, xfailed=2, xpassed=1)
+
+
+def _check_matrix_output(out: str) -> None:
+    assert "assert 2 == 3" in out  # the child's rewritten assertion
+    assert "isolated child killed by SIGSEGV" in out
+    assert "still running after 2 s" in out
+    assert "[XPASS(strict)] known" in out
+    assert "skipped inside" in out
+
+
+def test_isolate_all_matrix(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_matrix=MATRIX)
+    result = pytester.runpytest("--isolate-all", "-rA")
+    result.assert_outcomes(**EXPECTED)
+    _check_matrix_output(result.stdout.str())
+    result.stdout.fnmatch_lines(["*Captured isolated child #1 (pid *) stdout call*",
+                                 "child pid *"])
+
+
+def test_marker_matrix(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_matrix="import pytest\npytestmark = pytest.mark.isolated\n" + MATRIX)
+    result = pytester.runpytest("-rA")
+    result.assert_outcomes(**EXPECTED)
+    _check_matrix_output(result.stdout.str())
+
+
+def test_matrix_under_xdist(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_matrix=MATRIX)
+    result = pytester.runpytest("--isolate-all", "-n", "2")
+    result.assert_outcomes(**EXPECTED)
+
+
+def test_without_isolation_the_child_env_is_absent(pytester: pytest.Pytester) -> None:
+    """Control: the same file unisolated runs in-process (so the marker is what isolates)."""
+    pytester.makepyfile(test_matrix=MATRIX)
+    result = pytester.runpytest("-k", "pid_differs")
+    result.assert_outcomes(failed=1)
+
+
+def test_marker_timeout_and_env(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import os, time, pytest
+
+        @pytest.mark.isolated(env={"ONLY_IN_CHILD": "yes"})
+        def test_env():
+            assert os.environ["ONLY_IN_CHILD"] == "yes"
+
+        @pytest.mark.isolated(timeout=2)
+        def test_timeout():
+            time.sleep(600)
+
+        def test_parent_env_untouched():
+            assert "ONLY_IN_CHILD" not in os.environ
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*still running after 2 s*"])
+
+
+def test_unpicklable_fixture_is_named(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import threading, pytest
+
+        @pytest.fixture
+        def lock():
+            return threading.Lock()
+
+        @pytest.mark.isolated
+        def test_uses_lock(lock):
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*isolated test: the value of fixture 'lock' (lock) cannot be "
+                                 "sent to the child process*"])
+
+
+def test_existing_plain_file_passes_unchanged(pytester: pytest.Pytester) -> None:
+    source = Path(__file__).parent / "plain" / "test_plain_checks.py"
+    pytester.makepyfile(test_plain=source.read_text())
+    plain = pytester.runpytest()
+    isolated = pytester.runpytest("--isolate-all")
+    plain.assert_outcomes(passed=8, skipped=1)
+    isolated.assert_outcomes(passed=8, skipped=1)
+
+
+GUARD_CONFTEST = """
+def pytest_harness_accelerator_state(config):
+    return "CUDA is initialised in the pytest process (simulated)"
+"""
+FORKED_FILE = """
+import os, pytest
+SETUP = []
+
+@pytest.fixture
+def device_fixture():
+    SETUP.append(1)
+    return "would touch the device"
+
+def test_forked_by_option(device_fixture):
+    pass
+
+@pytest.mark.forked
+def test_forked_by_marker(device_fixture):
+    pass
+
+def test_not_forked():
+    assert os.getpid() == int(os.environ["PYTEST_PARENT_PID"])
+"""
+
+
+def test_fork_guard_fails_instead_of_forking(pytester: pytest.Pytester,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setenv("PYTEST_PARENT_PID", str(os.getpid()))
+    pytester.makeconftest(GUARD_CONFTEST)
+    pytester.makepyfile(test_forked=FORKED_FILE)
+    result = pytester.runpytest("-k", "marker or not_forked")
+    # reported as an error in setup: it fails before any fixture (device code) runs
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines([
+        "*not forked: CUDA is initialised in the pytest process (simulated), and a process "
+        "forked from it would crash or hang*Run with --isolate-all*"])
+    by_option = pytester.runpytest("--forked", "-k", "by_option")
+    by_option.assert_outcomes(errors=1)
+    assert "not forked: CUDA is initialised" in by_option.stdout.str()
+
+
+def test_forked_still_works_without_a_live_device(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import os, pytest
+        PARENT = os.getpid()
+
+        @pytest.mark.forked
+        def test_runs_in_a_fork():
+            assert os.getpid() != PARENT
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_default_state_sees_a_real_cuda_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from harness.whole_test import default_accelerator_state
+
+    assert default_accelerator_state() is None
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert default_accelerator_state() == "CUDA is initialised in the pytest process"
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
+    assert default_accelerator_state() == "the CUDA runtime is in a bad-fork state"
