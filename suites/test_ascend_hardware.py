@@ -29,6 +29,15 @@ class Case:
     device_id: int = 0
 
 
+def ipc_case(case_id: str, name: str, soc: int, hdk: str | None, cann: str, hardware: str,
+             ipc: bool, reason: str = "") -> Case:
+    """An IPC case: the HDK from the npu-smi board query, CANN from the install info."""
+    spoof = NpuSpoof(device_name=name, soc_version=soc,
+                     npu_smi_output=BOARD.format(hdk) if hdk else None,
+                     install_info=f"version={cann}\n")
+    return Case(case_id, spoof, {"hardware": hardware}, ipc=ipc, ipc_reason=reason)
+
+
 def _soc_cases() -> list[Case]:
     table = {  # written out from torch_npu's table (facts file), not computed from ours
         "A1": [100, 101, 102, 103, 104], "ASCEND310P": [200, 201, 202, 203, 204, 205],
@@ -88,36 +97,22 @@ CASES: list[Case] = [
     Case("cann-file-garbage", NpuSpoof(soc_version=223, install_info="nothing here\n"),
          {"cann_version": None}),
     # the IPC decision
-    Case("ipc-a5-pod-hdk-25.1", NpuSpoof(device_name="Ascend950PR_9599", soc_version=260,
-                                         npu_smi_output=BOARD.format("25.1.rc1"),
-                                         install_info="version=9.0.0\n"),
-         {"hardware": "A5"}, ipc=True, ipc_reason="A5"),
+    ipc_case("ipc-a5-pod-hdk-25.1", "Ascend950PR_9599", 260, "25.1.rc1", "9.0.0", "A5", True,
+             "A5"),
     Case("ipc-a5-950dt", NpuSpoof(device_name="Ascend950DT_958x", soc_version=260,
                                   version_info="Version=25.7.0\n"),
          {"hardware": "A5"}, ipc=False, ipc_reason="950DT does not support IPC yet"),
-    Case("ipc-a2-hdk-25.2", NpuSpoof(device_name="Ascend910B3", soc_version=223,
-                                     npu_smi_output=BOARD.format("25.2.rc1"),
-                                     install_info="version=8.3.rc1\n"),
-         {"hardware": "A2"}, ipc=False, ipc_reason="below 25.3.rc1"),
-    Case("ipc-a2-rc-build", NpuSpoof(device_name="Ascend910B3", soc_version=223,
-                                     npu_smi_output=BOARD.format("25.3.rc1.2"),
-                                     install_info="version=8.3.RC1\n"),
-         {"hardware": "A2"}, ipc=True, ipc_reason="A2: driver 25.3.rc1.2 >= 25.3.rc1"),
-    Case("ipc-a3-t-build", NpuSpoof(device_name="Ascend910_9391", soc_version=250,
-                                    npu_smi_output=BOARD.format("25.5.t3.b001"),
-                                    install_info="version=8.5.0\n"),
-         {"hardware": "A3"}, ipc=True),
-    Case("ipc-a3-old-cann", NpuSpoof(device_name="Ascend910_9391", soc_version=250,
-                                     npu_smi_output=BOARD.format("25.5.0"),
-                                     install_info="version=8.2.rc1\n"),
-         {"hardware": "A3"}, ipc=False, ipc_reason="CANN 8.2.rc1"),
-    Case("ipc-garbage-driver", NpuSpoof(device_name="Ascend910B3", soc_version=223,
-                                        npu_smi_output=BOARD.format("unknown-build"),
-                                        install_info="version=8.5.0\n"),
-         {"hardware": "A2"}, ipc=False, ipc_reason="'unknown-build' cannot be parsed"),
-    Case("ipc-unknown-driver", NpuSpoof(device_name="Ascend910B3", soc_version=223,
-                                        install_info="version=8.5.0\n"),
-         {"hardware": "A2"}, ipc=False, ipc_reason="version is unknown"),
+    ipc_case("ipc-a2-hdk-25.2", "Ascend910B3", 223, "25.2.rc1", "8.3.rc1", "A2", False,
+             "below 25.3.rc1"),
+    ipc_case("ipc-a2-rc-build", "Ascend910B3", 223, "25.3.rc1.2", "8.3.RC1", "A2", True,
+             "A2: driver 25.3.rc1.2 >= 25.3.rc1"),
+    ipc_case("ipc-a3-t-build", "Ascend910_9391", 250, "25.5.t3.b001", "8.5.0", "A3", True),
+    ipc_case("ipc-a3-old-cann", "Ascend910_9391", 250, "25.5.0", "8.2.rc1", "A3", False,
+             "CANN 8.2.rc1"),
+    ipc_case("ipc-garbage-driver", "Ascend910B3", 223, "unknown-build", "8.5.0", "A2", False,
+             "'unknown-build' cannot be parsed"),
+    ipc_case("ipc-unknown-driver", "Ascend910B3", 223, None, "8.5.0", "A2", False,
+             "version is unknown"),
     Case("ipc-910a-class", NpuSpoof(device_name="Ascend910B", soc_version=104),
          {"hardware": "A1"}, ipc=False, ipc_reason="defined only for A2, A3 and A5"),
     # the 255/256 disagreement, made explicit

@@ -27,7 +27,32 @@ from harness.invariance import (
 FUSED_ADD_RMS_NORM = "harness_ref::fused_add_rms_norm"
 
 
-class ReferenceTarget(InvarianceTarget):
+class OpSetTarget(InvarianceTarget):
+    """A target whose switch installs a ``batch_invariant_ops`` op set, and replaces a fused
+    add_rms_norm kernel by add + an rms_norm op: what each check must see run is a table."""
+
+    module_name = ""
+    #: check -> the invariant op event it must show when on
+    OPS: dict[str, str] = {}
+    RMS_NORM_EVENT = ""
+    FUSED_ADD_RMS_NORM_EVENT = ""
+
+    def expectations(self, check: str, enabled: bool) -> list[Expect]:
+        if check == "add_rms_norm":
+            if enabled:
+                return [Expect("aten::add", True), Expect(self.RMS_NORM_EVENT, True),
+                        Expect(self.FUSED_ADD_RMS_NORM_EVENT, False)]
+            return [Expect(self.FUSED_ADD_RMS_NORM_EVENT, True), *no_invariant_events()]
+        if not enabled:
+            return no_invariant_events()
+        op = self.OPS.get(check)
+        return [Expect(op, True)] if op else []
+
+    def _module(self) -> types.ModuleType:
+        return importlib.import_module(self.module_name)
+
+
+class ReferenceTarget(OpSetTarget):
     """Our own op set (``harness.invariance.reference``): runs on every device kind."""
 
     name = "reference"
@@ -39,23 +64,11 @@ class ReferenceTarget(InvarianceTarget):
         "torch_sum": "batch_invariant_ops::reduce_sum",
         "tensor_sum": "batch_invariant_ops::reduce_sum",
     }
+    RMS_NORM_EVENT = "batch_invariant_ops::rms_norm"
+    FUSED_ADD_RMS_NORM_EVENT = FUSED_ADD_RMS_NORM
 
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
         return None if has_module("torch") else "torch is not installed"
-
-    def expectations(self, check: str, enabled: bool) -> list[Expect]:
-        if check == "add_rms_norm":
-            if enabled:
-                return [Expect("aten::add", True), Expect("batch_invariant_ops::rms_norm", True),
-                        Expect(FUSED_ADD_RMS_NORM, False)]
-            return [Expect(FUSED_ADD_RMS_NORM, True), *no_invariant_events()]
-        if not enabled:
-            return no_invariant_events()
-        op = self.OPS.get(check)
-        return [Expect(op, True)] if op else []
-
-    def _module(self) -> types.ModuleType:
-        return importlib.import_module(self.module_name)
 
     def set_switch(self, enabled: bool) -> None:
         os.environ[SWITCH_ENV] = "1" if enabled else "0"
@@ -75,7 +88,7 @@ class ReferenceTarget(InvarianceTarget):
         return mod.fused_infer_attention_score, (mod.batch_invariant_attention,)
 
 
-class VllmAscendTarget(InvarianceTarget):
+class VllmAscendTarget(OpSetTarget):
     """vllm-ascend's AscendC path on a real NPU (``vllm_ascend.batch_invariant``)."""
 
     name = "vllm_ascend"
@@ -87,6 +100,8 @@ class VllmAscendTarget(InvarianceTarget):
         "torch_sum": "batch_invariant_ops::npu_reduce_sum_batch_invariant",
         "tensor_sum": "batch_invariant_ops::npu_reduce_sum_batch_invariant",
     }
+    RMS_NORM_EVENT = "npu::npu_rms_norm"
+    FUSED_ADD_RMS_NORM_EVENT = "npu::npu_add_rms_norm"
     ATTENTION_OP = "npu_fused_infer_attention_score_batch_invariant"
 
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
@@ -96,20 +111,6 @@ class VllmAscendTarget(InvarianceTarget):
         if device_kind != "npu":
             return f"needs an NPU: {npu_missing or f'the session device is {device_kind}'}"
         return None
-
-    def expectations(self, check: str, enabled: bool) -> list[Expect]:
-        if check == "add_rms_norm":
-            if enabled:
-                return [Expect("aten::add", True), Expect("npu::npu_rms_norm", True),
-                        Expect("npu::npu_add_rms_norm", False)]
-            return [Expect("npu::npu_add_rms_norm", True), *no_invariant_events()]
-        if not enabled:
-            return no_invariant_events()
-        op = self.OPS.get(check)
-        return [Expect(op, True)] if op else []
-
-    def _module(self) -> types.ModuleType:
-        return importlib.import_module(self.module_name)
 
     def set_switch(self, enabled: bool) -> None:
         """Run init with ``get_ascend_config`` patched: the real one needs a live vLLM config."""
