@@ -142,6 +142,10 @@ def main(workdir: str) -> None:
         sys.stdout.reconfigure(line_buffering=True)
     meta = json.loads((wd / "meta.json").read_text())
     sys.path[:] = meta["sys_path"]
+    threads = os.environ.get("HARNESS_TORCH_THREADS")
+    if threads and "torch" in sys.modules:  # forked from a server that imported torch
+        with contextlib.suppress(Exception):
+            sys.modules["torch"].set_num_threads(int(threads))
     result: dict[str, Any] = {"token": meta["token"], "pid": os.getpid()}
     try:
         import cloudpickle

@@ -178,3 +178,25 @@ def pinning_env(kind: str, count: int, worker_id: str | None,
     visible = [v.strip() for v in environ.get(var, "").split(",") if v.strip()]
     slot = index % count
     return {var: visible[slot] if slot < len(visible) else str(slot)}
+
+
+#: tells a forkserver child (torch already imported) how many intra-op threads to use
+THREADS_ENV = "HARNESS_TORCH_THREADS"
+
+
+def thread_budget_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """Under pytest-xdist, share the CPUs among the workers' children: N workers each running
+    a torch child with every core's worth of OpenMP threads oversubscribe the machine, and
+    spinning OpenMP threads then slow some checks a hundredfold (measured: a bf16 logprob case
+    3 s alone, 255 s under -n 2 on 2 cores). An OMP_NUM_THREADS the user set is respected."""
+    try:
+        workers = int(environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    except ValueError:
+        workers = 0
+    if workers <= 1:
+        return {}
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = str(max(1, (cpus or 1) // workers))
+    if environ.get("OMP_NUM_THREADS"):
+        threads = environ["OMP_NUM_THREADS"]
+    return {THREADS_ENV: threads, "OMP_NUM_THREADS": threads}

@@ -22,7 +22,14 @@ from typing import Any
 import pytest
 
 from harness import DEVICE_ENV, reaper
-from harness.devices import KINDS, DeviceError, DeviceInfo, detect, pinning_env
+from harness.devices import (
+    KINDS,
+    DeviceError,
+    DeviceInfo,
+    detect,
+    pinning_env,
+    thread_budget_env,
+)
 from harness.forkserver import DEFAULT_PRELOAD, ForkServerLauncher, ForkServerUnavailable
 from harness.hardware import NpuVersions, detect_in_child, parse_version
 from harness.isolation import Launcher, SpawnLauncher, child_contexts, isolate
@@ -80,6 +87,7 @@ class HarnessSession:
     def child_env(self) -> dict[str, str | None]:
         env: dict[str, str | None] = {DEVICE_ENV: self.device.kind}
         env.update(pinning_env(self.device.kind, self.device.count, self.worker_id))
+        env.update(thread_budget_env(os.environ))
         return env
 
 
@@ -228,6 +236,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _register_results(session.config, session.config.stash[SESSION_KEY])
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """xdist controller: hand the detected device to the workers instead of probing N times."""
     session = node.config.stash.get(SESSION_KEY, None)

@@ -91,3 +91,35 @@ def test_worker_index() -> None:
     assert worker_index("gw12") == 12
     assert worker_index("master") is None
     assert worker_index(None) is None
+
+
+def test_thread_budget_under_xdist() -> None:
+    import os
+
+    from harness.devices import thread_budget_env
+
+    cpus = len(os.sched_getaffinity(0))
+    assert thread_budget_env({}) == {}
+    assert thread_budget_env({"PYTEST_XDIST_WORKER_COUNT": "1"}) == {}
+    share = str(max(1, cpus // 2))
+    assert thread_budget_env({"PYTEST_XDIST_WORKER_COUNT": "2"}) == {
+        "HARNESS_TORCH_THREADS": share, "OMP_NUM_THREADS": share}
+    assert thread_budget_env({"PYTEST_XDIST_WORKER_COUNT": "2", "OMP_NUM_THREADS": "3"}) == {
+        "HARNESS_TORCH_THREADS": "3", "OMP_NUM_THREADS": "3"}
+
+
+def test_forkserver_children_take_their_thread_share(pytester: pytest.Pytester) -> None:
+    import os
+
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    pytester.makepyfile(
+        f"""
+        def threads():
+            import torch
+            return torch.get_num_threads()
+
+        def test_share(run_on_npu):
+            assert run_on_npu(threads).value == {share}
+        """
+    )
+    pytester.runpytest("-n", "2", "--isolation", "forkserver").assert_outcomes(passed=1)
