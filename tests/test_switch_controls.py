@@ -192,3 +192,20 @@ def test_suite_event_counts_land_in_junit(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
     xml = (pytester.path / "j.xml").read_text()
     assert 'name="dispatch_events" value="{&quot;batch_invariant_ops::mm&quot;: 1}"' in xml
+
+
+def test_namespace_is_shared_with_a_vendor_fragment() -> None:
+    """Our ops and a vendor's (the fake AscendC package) live side by side in one namespace."""
+
+    def both() -> list[bool]:
+        import torch
+
+        import harness.invariance.reference  # noqa: F401
+
+        sys.path.insert(0, FAKES)
+        import batch_invariant_ops  # noqa: F401
+
+        ns = torch.ops.batch_invariant_ops
+        return [hasattr(ns, "mm"), hasattr(ns, "reduce_sum"), hasattr(ns, "npu_mm_batch_invariant")]
+
+    assert run_isolated(both, method="forkserver").value == [True, True, True]
