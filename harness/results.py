@@ -16,6 +16,7 @@ import os
 import platform
 import socket
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 from typing import IO, Any
@@ -66,7 +67,7 @@ class ResultsWriter:
         self.session = session
         self._fh: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - lives all session
         self.counts: Counter[str] = Counter()
-        self._durations: dict[str, float] = {}
+        self._started = time.monotonic()
         self.header(config, session)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -95,11 +96,10 @@ class ResultsWriter:
 
     def test(self, report: pytest.TestReport, session: Any) -> None:
         """Record a finished test: its call report, or the setup/teardown report that ended it."""
-        if report.when == "call" or (report.when == "setup" and not report.passed):
-            self._durations[report.nodeid] = report.duration
-        elif report.when == "teardown" and report.failed:
-            pass  # an error in teardown is written as a second line for the same id
-        else:
+        # an error in teardown is written as a second line for the same id
+        ends_test = report.when == "call" or (report.when == "setup" and not report.passed) \
+            or (report.when == "teardown" and report.failed)
+        if not ends_test:
             return
         outcome = outcome_of(report)
         self.counts[outcome] += 1
@@ -126,7 +126,7 @@ class ResultsWriter:
     def footer(self, exitstatus: int) -> None:
         self.write({"type": "footer", "end": _now(), "exitstatus": int(exitstatus),
                     "counts": dict(self.counts),
-                    "duration": round(sum(self._durations.values()), 3)})
+                    "duration": round(time.monotonic() - self._started, 3)})
         self._fh.close()
 
 
