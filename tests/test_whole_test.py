@@ -222,3 +222,19 @@ def test_default_state_sees_a_real_cuda_flag(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
     assert default_accelerator_state() == "the CUDA runtime is in a bad-fork state"
+
+
+def test_tests_using_run_on_npu_are_not_wrapped(pytester: pytest.Pytester) -> None:
+    """Under --isolate-all, a test whose checks already go through run_on_npu runs as it is
+    (its fixture, a closure over the pytest session, could not travel anyway)."""
+    pytester.makepyfile(
+        """
+        import os
+        PARENT = os.getpid()
+
+        def test_checks(run_on_npu):
+            assert os.getpid() == PARENT
+            assert run_on_npu(os.getpid).value != PARENT
+        """
+    )
+    pytester.runpytest("--isolate-all").assert_outcomes(passed=1)
