@@ -115,8 +115,9 @@ class ResultsWriter:
         }
         if report.skipped:
             longrepr = report.longrepr
-            record["reason"] = (longrepr[2] if isinstance(longrepr, tuple) else
-                                str(getattr(report, "wasxfail", "") or longrepr or ""))
+            reason = (longrepr[2] if isinstance(longrepr, tuple) else
+                      str(getattr(report, "wasxfail", "") or longrepr or ""))
+            record["reason"] = reason.removeprefix("Skipped: ")
         elif hasattr(report, "wasxfail"):
             record["reason"] = report.wasxfail
         if report.failed:

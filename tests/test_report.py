@@ -173,6 +173,14 @@ def test_killed_run_leaves_a_readable_file(tmp_path: Path) -> None:
     assert run.header["runner"] and run.footer is None
 
 
+def test_skip_reasons_are_recorded_plainly(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\ndef test_s():\n    pytest.skip('needs an NPU')\n")
+    out = pytester.path / "r.jsonl"
+    pytester.runpytest("--harness-results", str(out)).assert_outcomes(skipped=1)
+    assert load_results(out).tests["test_skip_reasons_are_recorded_plainly.py::test_s"].reason \
+        == "needs an NPU"
+
+
 # --- the page in a real browser --------------------------------------------------------------
 
 def _chromium() -> str | None:
