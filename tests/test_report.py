@@ -213,3 +213,32 @@ def test_report_in_headless_chromium(tmp_path: Path) -> None:
     assert "<title>npu-regress nightly 2026-11-30</title>" in dom
     assert "&lt;script&gt;document.body.setAttribute" in dom  # shown as text
     assert "<img" not in dom
+
+
+def test_junit_from_another_runner(tmp_path: Path) -> None:
+    from harness.report.load import load_any
+
+    xml = tmp_path / "a3-legacy.xml"
+    xml.write_text(
+        '<?xml version="1.0"?><testsuites><testsuite name="pytest" hostname="a3-box" '
+        'timestamp="2026-11-30T01:00:00"><testcase classname="t" name="ok" time="0.5">'
+        '<properties><property name="dispatch_events" value="{&quot;aten::mm&quot;: 3}"/>'
+        '</properties></testcase><testcase classname="t" name="bad" time="x">'
+        '<failure message="&lt;script&gt;x&lt;/script&gt;">trace</failure></testcase>'
+        '<testcase classname="t" name="skip"><skipped message="needs an NPU"/></testcase>'
+        '</testsuite></testsuites>')
+    run = load_any(xml)
+    assert run.runner == "a3-box" and run.date == "2026-11-30"
+    assert {k: v.outcome for k, v in run.tests.items()} == {
+        "t::ok": "passed", "t::bad": "failed", "t::skip": "skipped"}
+    assert run.tests["t::ok"].dispatch_events == {"aten::mm": 3}
+    assert run.tests["t::skip"].reason == "needs an NPU"
+    bomb = tmp_path / "bomb.xml"
+    bomb.write_text('<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaa">'
+                    '<!ENTITY b "&a;&a;&a;&a;">]><testsuite><testcase name="&b;"/></testsuite>')
+    refused = load_any(bomb)
+    assert refused.tests == {} and "not readable JUnit XML (EntitiesForbidden" in \
+        refused.problems[0]
+    garbage = tmp_path / "junk.xml"
+    garbage.write_text("<testsuite><testcase")
+    assert "not readable JUnit XML (ParseError" in load_any(garbage).problems[0]

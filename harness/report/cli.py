@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.report import history as hist
 from harness.report.compare import compare
-from harness.report.load import load_results
+from harness.report.load import load_any
 from harness.report.render import render
 
 
@@ -18,7 +18,8 @@ def _parser() -> argparse.ArgumentParser:
     report = top.add_parser("report", help="merge results files into a nightly report")
     sub = report.add_subparsers(dest="action", required=True)
     render_p = sub.add_parser("render", help="write report.html, summary.md, summary.json")
-    render_p.add_argument("results", nargs="+", type=Path, help="results.jsonl files")
+    render_p.add_argument("results", nargs="+", type=Path,
+                          help="results.jsonl files (or JUnit .xml from other runners)")
     render_p.add_argument("--out", type=Path, required=True, help="output directory")
     render_p.add_argument("--history", type=Path, help="earlier nights (report history add)")
     history_p = sub.add_parser("history", help="manage the nights kept for comparison")
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in hist.add(args.results, args.history, keep=args.keep, date=args.date):
             print(line)
         return 0
-    tonight = [load_results(p) for p in args.results]
+    tonight = [load_any(p) for p in args.results]
     date = max((r.date for r in tonight), default=None)
     comp = compare(tonight, hist.load_history(args.history, before=date))
     for path in render(comp, args.out):

@@ -1,4 +1,5 @@
-"""Reading results files from other runners, which may be truncated, malformed or hostile.
+"""Reading results files (and JUnit XML) from other runners, which may be truncated,
+malformed or hostile.
 
 Nothing here trusts its input: every line is parsed on its own, every field is checked for
 type and size, and a bad line becomes a recorded problem (file and line number), never an
@@ -109,6 +110,62 @@ def parse_test(record: dict[str, Any]) -> TestResult:
         logprob_report=_small(record.get("logprob_report")),
         children=_children(record.get("children")),
     )
+
+
+def load_junit(path: Path) -> RunResults:
+    """A JUnit XML file from a runner that wrote no results file (pytest --junitxml, other
+    harnesses). Parsed with defusedxml: entity bombs and external entities are refused."""
+    from defusedxml import ElementTree
+    from defusedxml.common import DefusedXmlException
+
+    run = RunResults(path=str(path), runner=path.stem)
+    try:
+        root = ElementTree.parse(path).getroot()
+    except (ElementTree.ParseError, DefusedXmlException, OSError) as exc:
+        run.problems.append(f"{path.name}: not readable JUnit XML ({type(exc).__name__}: "
+                            f"{_text(str(exc), 300)})")
+        return run
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    for suite in suites:
+        if suite.get("hostname") and run.runner == path.stem:
+            run.runner = _text(suite.get("hostname"), 200)
+        if suite.get("timestamp"):
+            run.header.setdefault("start", _text(suite.get("timestamp"), 40))
+        for case in suite.iter("testcase"):
+            name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
+            if not name:
+                run.problems.append(f"{path.name}: a testcase without a name skipped")
+                continue
+            outcome, text = "passed", ""
+            for tag, meaning in (("failure", "failed"), ("error", "error"),
+                                 ("skipped", "skipped")):
+                node = case.find(tag)
+                if node is not None:
+                    outcome = meaning
+                    text = node.get("message", "") + "\n" + (node.text or "")
+                    break
+            props = {p.get("name"): p.get("value") for p in case.iter("property")}
+            try:
+                events = json.loads(props["dispatch_events"]) if "dispatch_events" in props \
+                    else None
+            except ValueError:
+                events = None
+            try:
+                duration = float(case.get("time", 0) or 0)
+            except ValueError:
+                duration = 0.0
+            run.tests[_text(name, 1000)] = TestResult(
+                id=_text(name, 1000), outcome=outcome, duration=duration,
+                reason=_text(text.strip()) if outcome == "skipped" else "",
+                longrepr=_text(text.strip()) if outcome != "skipped" else "",
+                dispatch_events=_events(events))
+    run.footer = {"source": "junit"}
+    return run
+
+
+def load_any(path: Path) -> RunResults:
+    """A results file (JSON lines) or, by its .xml suffix, a JUnit XML file."""
+    return load_junit(path) if path.suffix.lower() == ".xml" else load_results(path)
 
 
 def load_results(path: Path) -> RunResults:
