@@ -25,6 +25,7 @@ __all__ = [
     "IsolatedResult",
     "IsolationError",
     "device",
+    "device_kind",
     "run_isolated",
 ]
 
@@ -40,5 +41,10 @@ def device() -> Any:
     """
     import torch
 
-    kind = os.environ.get(DEVICE_ENV, "cpu")
+    kind = device_kind()
     return torch.device("cpu") if kind == "cpu" else torch.device(kind, 0)
+
+
+def device_kind() -> str:
+    """``npu``, ``cuda`` or ``cpu``: the kind the session gave this child."""
+    return os.environ.get(DEVICE_ENV, "cpu")

@@ -16,7 +16,6 @@ existing Ascend test does, after a device synchronise so queued ops are recorded
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterable, Iterator, Mapping
 
 #: every event a batch-invariant op set emits
@@ -50,17 +49,15 @@ def _profiler(kind: str) -> contextlib.AbstractContextManager:  # type: ignore[t
     return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
 
 
-def _device_kind() -> str:
-    return os.environ.get("HARNESS_DEVICE", "cpu")
-
-
 @contextlib.contextmanager
 def count_events(*patterns: str) -> Iterator[dict[str, int]]:
     """Profile the block; the yielded dict holds ``{event_name: count}`` for matching events
     once the block exits (an empty dict means: not one matching event ran)."""
     if not patterns:
         raise ValueError("count_events needs at least one event name or 'namespace::' prefix")
-    kind = _device_kind()
+    from harness import device_kind
+
+    kind = device_kind()
     counts: dict[str, int] = {}
     prof = _profiler(kind)
     try:

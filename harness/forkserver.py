@@ -281,10 +281,3 @@ def get_forkserver_launcher(preload: tuple[str, ...] = DEFAULT_PRELOAD) -> ForkS
             server = _servers[key] = ForkServerLauncher(tuple(preload))
     server.ensure_ready()
     return server
-
-
-def shutdown_all() -> None:
-    with _servers_lock:
-        for server in _servers.values():
-            server.close()
-        _servers.clear()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -136,7 +135,3 @@ def get_target(name: str) -> InvarianceTarget:
 
 def switch_env(enabled: bool) -> dict[str, str]:
     return {SWITCH_ENV: "1" if enabled else "0"}
-
-
-def switch_value() -> str | None:
-    return os.environ.get(SWITCH_ENV)

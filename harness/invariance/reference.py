@@ -245,8 +245,9 @@ fused_infer_attention_score = _attention
 
 
 def _dispatch_key() -> str:
-    kind = os.environ.get("HARNESS_DEVICE", "cpu")
-    return {"cpu": "CPU", "cuda": "CUDA", "npu": "PrivateUse1"}.get(kind, "CPU")
+    from harness import device_kind
+
+    return {"cpu": "CPU", "cuda": "CUDA", "npu": "PrivateUse1"}.get(device_kind(), "CPU")
 
 
 def _log_softmax_override(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
