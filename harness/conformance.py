@@ -15,6 +15,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from harness.devices import has_module
 from harness.hardware import AscendHardwareVersion
 
 
@@ -26,12 +27,7 @@ class Implementation:
 
     def locate(self) -> tuple[Any, str | None]:
         """(module, None) or (None, why it is unavailable). Imports: call in a child."""
-        for candidate in self.modules:
-            try:
-                if importlib.util.find_spec(candidate) is None:
-                    continue
-            except (ImportError, ValueError):
-                continue
+        for candidate in filter(has_module, self.modules):
             module = importlib.import_module(candidate)
             if all(hasattr(module, f) for f in self.functions):
                 return module, None
@@ -41,11 +37,7 @@ class Implementation:
     def installed(self) -> str | None:
         """Parent side, without importing: None if the top package exists, else why not."""
         top = self.modules[0].split(".")[0]
-        try:
-            found = importlib.util.find_spec(top) is not None
-        except (ImportError, ValueError):
-            found = False
-        return None if found else f"{top} is not installed"
+        return None if has_module(top) else f"{top} is not installed"
 
 
 VERL = Implementation("verl", ("verl.utils.device", "verl.utils.npu_utils"),

@@ -97,9 +97,18 @@ def probe() -> dict[str, object]:
                                f"{proc.stderr.strip()[-800:]}"}
 
 
+def has_module(name: str) -> bool:
+    """Whether ``name`` is installed, without importing it (a broken install still counts:
+    it must fail in the child, not skip)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _needs_probe(torch_version: str | None) -> bool:
     """A CPU build of torch without torch_npu cannot see an accelerator: skip the probe."""
-    if importlib.util.find_spec("torch_npu") is not None:
+    if has_module("torch_npu"):
         return True
     return torch_version is not None and "+cpu" not in torch_version
 

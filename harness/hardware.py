@@ -371,9 +371,9 @@ def ipc_support(versions: NpuVersions) -> Decision:
 def detect_in_child(timeout: float = 120.0) -> NpuVersions:
     """``get_npu_versions()`` without touching the NPU here: in this process when torch_npu
     is not installed, else in an isolated spawn child. Never raises."""
-    import importlib.util
+    from harness.devices import has_module
 
-    if importlib.util.find_spec("torch_npu") is None:
+    if not has_module("torch_npu"):
         return get_npu_versions()
     from harness.isolation import isolate
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.devices import has_module  # noqa: F401 - re-exported for the adapters
 from harness.dispatch import BATCH_INVARIANT_PREFIX
 
 ENTRY_POINT_GROUP = "npu_regress.invariance_targets"
@@ -100,15 +101,6 @@ class InvarianceTarget:
     def attention_binding(self) -> tuple[Any, tuple[Any, ...]]:
         """(the bound fused-attention entry point, the objects it must be when on)."""
         raise NotImplementedError
-
-
-def has_module(name: str) -> bool:
-    """Whether ``name`` is installed, without importing it (a broken install still counts:
-    it must fail in the child, not skip)."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _builtin() -> dict[str, Callable[[], InvarianceTarget]]:
