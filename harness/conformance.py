@@ -11,7 +11,6 @@ its skip reason names them.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 

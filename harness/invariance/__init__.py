@@ -13,7 +13,6 @@ Third parties add targets through the entry-point group ``npu_regress.invariance
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
