@@ -201,7 +201,7 @@ class ForkServerLauncher:
         self.preload = tuple(preload)
         self._dir = tempfile.mkdtemp(prefix="npu-regress-fs-")
         self.sock_path = os.path.join(self._dir, "sock")
-        package_root = str(Path(__file__).resolve().parent.parent)
+        from harness.isolation import PACKAGE_ROOT as package_root
         code = (
             f"import sys; sys.path.insert(0, {package_root!r}); "
             "from harness.forkserver import serve; "

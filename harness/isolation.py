@@ -52,7 +52,8 @@ TRACK_INTERVAL_S = 1.0
 #: methods ``run_isolated`` accepts
 METHODS = ("spawn", "forkserver", "auto")
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+#: the folder holding the harness package, put on a fresh child's path before it imports us
+PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 class ChildHandle(Protocol):
@@ -87,7 +88,7 @@ class SpawnLauncher:
 
     def start(self, workdir: Path, env: dict[str, str], cwd: str) -> ChildHandle:
         code = (
-            f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
+            f"import sys; sys.path.insert(0, {PACKAGE_ROOT!r}); "
             f"from harness.child import main; main({str(workdir)!r})"
         )
         with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:

@@ -98,7 +98,8 @@ class IsolatedResult:
         raise ChildError(self)
 
 
-def _tail(text: str, limit: int = 4000) -> str:
+def tail_text(text: str, limit: int = 4000) -> str:
+    """The last ``limit`` characters of ``text``, marked when cut (messages, report lines)."""
     return text if len(text) <= limit else "[...]\n" + text[-limit:]
 
 
@@ -142,7 +143,7 @@ class ChildCrashed(IsolationError):
         if result.stack:
             parts.append("--- Python stack (faulthandler) ---\n" + result.stack.rstrip())
         if result.stderr:
-            parts.append("--- stderr tail ---\n" + _tail(result.stderr).rstrip())
+            parts.append("--- stderr tail ---\n" + tail_text(result.stderr).rstrip())
         super().__init__(result, "\n".join(parts))
 
 
@@ -159,7 +160,7 @@ class ChildTimeout(IsolationError):
         stack = result.stack.rstrip() or "(none captured)"
         parts.append("--- Python stacks of all threads at timeout ---\n" + stack)
         if result.stderr:
-            parts.append("--- stderr tail ---\n" + _tail(result.stderr).rstrip())
+            parts.append("--- stderr tail ---\n" + tail_text(result.stderr).rstrip())
         super().__init__(result, "\n".join(parts))
 
 

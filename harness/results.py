@@ -24,6 +24,7 @@ from typing import IO, Any
 import pytest
 
 from harness.devices import package_version
+from harness.result import tail_text
 
 SCHEMA = 1
 RUNNER_ENV = "HARNESS_RUNNER"
@@ -34,10 +35,6 @@ PACKAGES = ("npu-regress", "torch", "torch_npu", "vllm", "vllm_ascend", "verl", 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _tail(text: str, limit: int = TEXT_TAIL) -> str:
-    return text if len(text) <= limit else "[...]" + text[-limit:]
 
 
 def git_commit(cwd: Path) -> str | None:
@@ -121,7 +118,7 @@ class ResultsWriter:
         elif hasattr(report, "wasxfail"):
             record["reason"] = report.wasxfail
         if report.failed:
-            record["longrepr"] = _tail(str(report.longrepr))
+            record["longrepr"] = tail_text(str(report.longrepr), TEXT_TAIL)
         self.write(record)
 
     def footer(self, exitstatus: int) -> None:
@@ -144,5 +141,5 @@ def child_record(res: Any) -> dict[str, Any]:
     """What the results file keeps of one isolated child."""
     return {"pid": res.pid, "method": res.method, "outcome": res.outcome,
             "exitcode": res.exitcode, "signal": res.signame, "summary": res.summary(),
-            "duration": round(res.duration, 4), "stdout_tail": _tail(res.stdout, 2000),
-            "stderr_tail": _tail(res.stderr, 2000)}
+            "duration": round(res.duration, 4), "stdout_tail": tail_text(res.stdout, 2000),
+            "stderr_tail": tail_text(res.stderr, 2000)}
