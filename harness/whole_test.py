@@ -51,6 +51,21 @@ def default_accelerator_state() -> str | None:
     return reason.replace("in the forkserver", "in the pytest process") if reason else None
 
 
+def _fail_on_unpicklable_fixture(fn: Any, funcargs: dict[str, Any]) -> None:
+    """Only on the failure path: pickle each fixture value alone to find the culprit."""
+    __tracebackhide__ = True
+    for name, value in funcargs.items():
+        try:
+            dump_payload({"fn": fn, "args": (), "kwargs": {name: value}})
+        except TypeError as exc:
+            pytest.fail(
+                f"isolated test: the value of fixture {name!r} ({type(value).__name__}) "
+                f"cannot be sent to the child process ({exc.__cause__ or exc}). Isolated "
+                "tests can use fixtures whose values pickle (tmp_path, data, objects of "
+                "your own); run this test without isolation, or make the fixture return "
+                "something that pickles.", pytrace=False)
+
+
 class WholeTestIsolation:
     """Registered by the plugin; uses its session (launcher, timeout, device env)."""
 
@@ -78,23 +93,17 @@ class WholeTestIsolation:
         marker = selected if isinstance(selected, pytest.Mark) else None
         names = pyfuncitem._fixtureinfo.argnames
         funcargs = {name: pyfuncitem.funcargs[name] for name in names}
-        for name, value in funcargs.items():
-            try:
-                dump_payload({"fn": pyfuncitem.obj, "args": (), "kwargs": {name: value}})
-            except TypeError as exc:
-                pytest.fail(
-                    f"isolated test: the value of fixture {name!r} ({type(value).__name__}) "
-                    f"cannot be sent to the child process ({exc.__cause__ or exc}). Isolated "
-                    "tests can use fixtures whose values pickle (tmp_path, data, objects of "
-                    "your own); run this test without isolation, or make the fixture return "
-                    "something that pickles.", pytrace=False)
         opts = dict(marker.kwargs) if marker else {}
         timeout_marker = pyfuncitem.get_closest_marker("isolation_timeout")
         timeout = opts.get("timeout") or (float(timeout_marker.args[0]) if timeout_marker
                                           else self.session.timeout)
-        res = isolate(pyfuncitem.obj, (), funcargs, timeout=float(timeout),
-                      env={**self.session.child_env(), **(opts.get("env") or {})},
-                      launcher=self.session.launcher())
+        try:
+            res = isolate(pyfuncitem.obj, (), funcargs, timeout=float(timeout),
+                          env={**self.session.child_env(), **(opts.get("env") or {})},
+                          launcher=self.session.launcher())
+        except TypeError:  # the payload did not pickle: name the fixture that broke it
+            _fail_on_unpicklable_fixture(pyfuncitem.obj, funcargs)
+            raise
         attach_result(pyfuncitem, res)
         res.raise_for_outcome()
         return True
