@@ -108,26 +108,37 @@ class SpawnLauncher:
 _auto_warned = False
 
 
-def get_launcher(method: str) -> Launcher:
-    """``spawn``, ``forkserver`` (this process's shared server, default preload), or ``auto``:
-    the forkserver, else spawn with one warning that says why."""
-    global _auto_warned
+def resolve_launcher(method: str, forkserver: Callable[[], Launcher]
+                     ) -> tuple[Launcher, str | None]:
+    """The launcher for ``method``: ``spawn``; ``forkserver`` (``forkserver()``, which raises
+    ``ForkServerUnavailable`` when it cannot serve); ``auto``: the forkserver, else spawn.
+    Returns (launcher, why auto fell back to spawn, or None)."""
     if method == "spawn":
-        return SpawnLauncher()
-    if method in ("forkserver", "auto"):
-        from harness.forkserver import ForkServerUnavailable, get_forkserver_launcher
+        return SpawnLauncher(), None
+    if method not in ("forkserver", "auto"):
+        raise ValueError(f"unknown isolation method {method!r}: use one of {', '.join(METHODS)}")
+    from harness.forkserver import ForkServerUnavailable
 
-        try:
-            return get_forkserver_launcher()
-        except ForkServerUnavailable as exc:
-            if method == "forkserver":
-                raise
-            if not _auto_warned:
-                _auto_warned = True
-                warnings.warn(f"npu-regress: forkserver unavailable, isolating with spawn: {exc}",
-                              RuntimeWarning, stacklevel=2)
-            return SpawnLauncher()
-    raise ValueError(f"unknown isolation method {method!r}: use one of {', '.join(METHODS)}")
+    try:
+        return forkserver(), None
+    except ForkServerUnavailable as exc:
+        if method == "forkserver":
+            raise
+        return SpawnLauncher(), str(exc)
+
+
+def get_launcher(method: str) -> Launcher:
+    """``resolve_launcher`` with this process's shared forkserver (default preload); an
+    ``auto`` fallback warns once per process."""
+    global _auto_warned
+    from harness.forkserver import get_forkserver_launcher
+
+    launcher, why = resolve_launcher(method, get_forkserver_launcher)
+    if why and not _auto_warned:
+        _auto_warned = True
+        warnings.warn(f"npu-regress: forkserver unavailable, isolating with spawn: {why}",
+                      RuntimeWarning, stacklevel=2)
+    return launcher
 
 
 def child_environ(env: Mapping[str, str | None] | None) -> dict[str, str]:

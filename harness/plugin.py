@@ -32,7 +32,7 @@ from harness.devices import (
 )
 from harness.forkserver import DEFAULT_PRELOAD, ForkServerLauncher, ForkServerUnavailable
 from harness.hardware import NpuVersions, detect_in_child, parse_version
-from harness.isolation import Launcher, SpawnLauncher, child_contexts, isolate
+from harness.isolation import Launcher, child_contexts, isolate, resolve_launcher
 from harness.result import IsolatedResult
 from harness.results import ResultsWriter, child_record
 from harness.spoof import NpuSpoof
@@ -63,22 +63,23 @@ class HarnessSession:
         ``forkserver`` session fails each isolated test with that reason."""
         if self._launcher is not None:
             return self._launcher
-        if self.method == "spawn":
-            self._launcher = SpawnLauncher()
-            return self._launcher
         try:
-            if self._server is None:
-                self._server = ForkServerLauncher(self.preload)
-            self._server.ensure_ready()
-            self._launcher = self._server
+            launcher, why = resolve_launcher(self.method, self._own_server)
         except ForkServerUnavailable as exc:
-            if self.method == "forkserver":
-                pytest.fail(f"--isolation forkserver: the forkserver is unavailable: {exc}",
-                            pytrace=False)
+            pytest.fail(f"--isolation forkserver: the forkserver is unavailable: {exc}",
+                        pytrace=False)
+        if why:
             warnings.warn(HarnessWarning(
-                f"forkserver unavailable, isolating with spawn instead: {exc}"), stacklevel=1)
-            self._launcher = SpawnLauncher()
-        return self._launcher
+                f"forkserver unavailable, isolating with spawn instead: {why}"), stacklevel=1)
+        self._launcher = launcher
+        return launcher
+
+    def _own_server(self) -> ForkServerLauncher:
+        """This session's server (closed with the session, unlike the shared one)."""
+        if self._server is None:
+            self._server = ForkServerLauncher(self.preload)
+        self._server.ensure_ready()
+        return self._server
 
     def close(self) -> None:
         if self._server is not None:
