@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.devices import has_module  # noqa: F401 - re-exported for the adapters
-from harness.dispatch import BATCH_INVARIANT_PREFIX
+from harness.dispatch import BATCH_INVARIANT_PREFIX, select_counts
 
 ENTRY_POINT_GROUP = "npu_regress.invariance_targets"
 SWITCH_ENV = "VLLM_BATCH_INVARIANT"
@@ -37,8 +37,6 @@ class Expect:
 
     def check(self, counts: dict[str, int]) -> str | None:
         """None if met; else a sentence for the failure message."""
-        from harness.dispatch import select_counts
-
         seen = select_counts(counts, [self.pattern])
         total = sum(seen.values())
         if self.ran and total == 0:
