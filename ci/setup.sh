@@ -1,24 +1,52 @@
 #!/usr/bin/env bash
 # Set up npu-regress on this machine, idempotently.
-#   bash ci/setup.sh          what the suites need
-#   bash ci/setup.sh --test   also what the harness's own tests need (linters, Chromium)
+#   bash ci/setup.sh            what the suites need
+#   bash ci/setup.sh --test     also what the harness's own tests need (linters, Chromium)
+#   bash ci/setup.sh --latest   ignore ci/constraints.txt: the newest releases (the nightly
+#                               "latest" job, which shows what the next upgrade breaks)
+# Flags combine. By default every package is installed under ci/constraints.txt (made by
+# ci/lock.sh): a fresh machine gets exactly the versions the tests passed with.
 # torch: installed (2.13.0, a CPU wheel on plain machines) ONLY when none is importable;
 # an existing torch is never replaced, because Ascend images ship torch and torch_npu as a
 # matched pair and a CUDA/CPU wheel on top would break torch_npu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+test=0 latest=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) test=1 ;;
+    --latest) latest=1 ;;
+    *) echo "ci/setup.sh: unknown option '$arg' (use --test, --latest)" >&2; exit 2 ;;
+  esac
+done
+pins=(-c ci/constraints.txt)
+upgrade=()
+if [ "$latest" = 1 ]; then
+  pins=()
+  upgrade=(--upgrade --upgrade-strategy eager)
+  echo "npu-regress setup: --latest: newest releases, ci/constraints.txt not applied"
+elif [ ! -f ci/constraints.txt ]; then
+  echo "ci/setup.sh: ci/constraints.txt is missing; run bash ci/lock.sh to make it" >&2
+  exit 2
+fi
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "npu-regress setup: no importable torch; installing torch==2.13.0"
-  "$PY" -m pip install -q "torch==2.13.0"
+  "$PY" -m pip install -q "${pins[@]}" "torch==2.13.0"
 fi
-if [ "${1:-}" = "--test" ]; then
-  "$PY" -m pip install -q -e ".[test]"
+extras=""
+[ "$test" = 1 ] && extras="[test]"
+"$PY" -m pip install -q "${pins[@]}" "${upgrade[@]}" -e ".$extras"
+if [ "$test" = 1 ]; then
   # The report's browser test needs Chromium; without it that one test skips, naming why.
   if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
       >/dev/null 2>&1 || echo "npu-regress setup: could not install chromium (browser test will skip)"
   fi
-else
-  "$PY" -m pip install -q -e .
 fi
+"$PY" -m pip check >/dev/null || echo "npu-regress setup: pip check reports conflicts (see 'pip check')"
+"$PY" - <<'PYEOF'
+import importlib.metadata as md
+names = ("torch", "pytest", "pytest-forked", "pytest-xdist")
+print("npu-regress setup: " + ", ".join(f"{n} {md.version(n)}" for n in names))
+PYEOF

@@ -12,7 +12,9 @@ Fork guard: ``pytest --forked`` / ``@pytest.mark.forked`` forks the pytest proce
 breaks (crash, hang, or a silent wrong result) once CUDA or an NPU is initialised in it.
 Before each forked test the plugin asks ``pytest_harness_accelerator_state``; if the answer
 is a reason, the test is not forked: it fails with that reason and points to
-``--isolate-all``.
+``--isolate-all``. Likewise when pytest-forked itself cannot work in this pytest
+(``harness.forked_probe``, one fork per session): the message names the versions and the
+ways out instead of pytest-forked's "EXITED with status 3".
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from harness import forked_probe
 from harness.forkserver import accelerator_state
 from harness.isolation import dump_payload, isolate
 
@@ -117,12 +120,14 @@ class WholeTestIsolation:
             item.get_closest_marker("forked") is not None
         if not forked:
             return (yield)
-        reason = config.hook.pytest_harness_accelerator_state(config=config)
-        if not reason:
+        message = _fork_refusal(item)
+        if not message:
             return (yield)
-        # Do not fork at all: hide the request from pytest-forked for this item only, and
-        # fail the test in setup, before any fixture runs.
-        item.stash[FORK_GUARD_KEY] = reason
+        # Do not fork at all: hide the request from pytest-forked for this item only. A test
+        # that we isolate anyway (the message's way out) just runs isolated; any other fails
+        # in setup, before any fixture runs.
+        if not (isinstance(item, pytest.Function) and self._isolated(item)):
+            item.stash[FORK_GUARD_KEY] = message
         saved_option = getattr(config.option, "forked", False)
         saved_marker = item.get_closest_marker
         config.option.forked = False
@@ -137,10 +142,25 @@ class WholeTestIsolation:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        reason = item.stash.get(FORK_GUARD_KEY, None)
-        if reason:
-            pytest.fail(
-                f"not forked: {reason}, and a process forked from it would crash or hang "
+        message = item.stash.get(FORK_GUARD_KEY, None)
+        if message:
+            pytest.fail(message, pytrace=False)
+
+
+def _fork_refusal(item: pytest.Item) -> str | None:
+    """Why this forked test must not be forked, as the message its setup fails with."""
+    config = item.config
+    reason = config.hook.pytest_harness_accelerator_state(config=config)
+    if reason:
+        return (f"not forked: {reason}, and a process forked from it would crash or hang "
                 "(\"Cannot re-initialize ... in forked subprocess\"). Run with --isolate-all "
                 "(or mark the test @pytest.mark.isolated): each test then runs in a fresh "
-                "process that never inherits the initialised device.", pytrace=False)
+                "process that never inherits the initialised device.")
+    broken = forked_probe.probe(item.session).broken
+    if broken:
+        below = ".".join(pytest.__version__.split(".")[:2])
+        return (f"not forked: {broken}. Two ways out: run it with --isolate-all (or mark the "
+                "test @pytest.mark.isolated), which isolates without pytest-forked; or install "
+                f"a pytest that pytest-forked supports: pip install 'pytest<{below}' "
+                "(ci/constraints.txt pins one).")
+    return None

@@ -70,3 +70,62 @@ def test_run_suites_end_to_end(tmp_path: Path) -> None:
     summary = (out / "report" / "summary.md").read_text()
     assert "test_leaves_a_process_and_fails | ci-e2e | failed" in summary
     assert_gone([int(pidfile.read_text())])
+
+
+def _pins() -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (ROOT / "ci" / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"ci/constraints.txt: {line!r} is not name==version"
+            pins[canonicalize_name(name)] = version.strip()
+    return pins
+
+
+def test_constraints_pin_every_dependency_within_the_declared_bounds() -> None:
+    """The lock holds each dependency of the harness and its tests, at a version that the
+    bounds in pyproject.toml allow, and never torch (an existing torch is never replaced)."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = _pins()
+    for spec in importlib.metadata.requires("npu-regress") or []:  # pyproject's, with extras
+        req = Requirement(spec)
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req.name} is not pinned in ci/constraints.txt"
+        assert req.specifier.contains(pins[name]), f"{req.name}=={pins[name]} outside {req}"
+    assert not {"torch", "torch-npu", "triton"} & set(pins)
+    assert not [n for n in pins if n.startswith("nvidia-")]
+
+
+def test_lock_excludes_are_honoured_by_the_lock() -> None:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = _pins()
+    for line in (ROOT / "ci" / "lock-excludes.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            req = Requirement(line)
+            assert req.specifier.contains(pins[canonicalize_name(req.name)]), line
+
+
+def test_setup_refuses_an_unknown_flag() -> None:
+    proc = subprocess.run(["bash", str(ROOT / "ci" / "setup.sh"), "--lastest"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert "ci/setup.sh: unknown option '--lastest' (use --test, --latest)" in proc.stderr
+
+
+def test_nightly_runs_one_cpu_job_on_the_latest_releases() -> None:
+    import yaml
+
+    nightly = yaml.safe_load((ROOT / "ci" / "workflows" / "nightly.yml").read_text())
+    targets = json.loads(nightly["env"]["DEFAULT_TARGETS"])
+    latest = [t for t in targets if t.get("setup") == "--latest"]
+    assert [(t["name"], t["image"]) for t in latest] == [("cpu-latest", "")]
+    runs = [step.get("run", "") for step in nightly["jobs"]["suites"]["steps"]]
+    assert "bash ci/setup.sh ${{ matrix.target.setup }}" in runs

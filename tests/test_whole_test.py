@@ -211,6 +211,100 @@ def test_forked_still_works_without_a_live_device(pytester: pytest.Pytester) -> 
     pytester.runpytest().assert_outcomes(passed=1)
 
 
+BROKEN_FORKED = Path(__file__).parent / "fakes" / "broken_forked"
+PROBED_FILE = """
+import pytest
+RAN = []
+
+@pytest.fixture(scope="session")
+def session_resource():
+    yield "held"
+    RAN.append("session teardown")
+
+@pytest.mark.forked
+def test_forked_one(session_resource):
+    RAN.append("one")
+
+@pytest.mark.forked
+def test_forked_two():
+    RAN.append("two")
+
+def test_not_forked(session_resource):
+    assert RAN == []
+"""
+
+
+def _with_broken_forked(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Load the fake pytest-forked (its fork exits with status 3) in place of the real one."""
+    import os
+
+    log = pytester.path / "forks.log"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(BROKEN_FORKED), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv("FAKE_FORKED_LOG", str(log))
+    return log
+
+
+def test_broken_pytest_forked_fails_in_setup_naming_versions_and_ways_out(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _with_broken_forked(pytester, monkeypatch)
+    pytester.makepyfile(test_probed=PROBED_FILE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    # both forked tests fail in setup, before their fixtures or bodies run; the plain one passes
+    result.assert_outcomes(passed=1, errors=2)
+    import importlib.metadata
+
+    forked_version = importlib.metadata.version("pytest-forked")
+    below = ".".join(pytest.__version__.split(".")[:2])
+    result.stdout.fnmatch_lines([
+        f"*not forked: pytest-forked {forked_version} cannot run tests under pytest "
+        f"{pytest.__version__}: a no-op test forked through it came back as \"*running the test "
+        "EXITED with status 3\"*Two ways out: run it with --isolate-all (or mark the test "
+        f"@pytest.mark.isolated)*pip install 'pytest<{below}'*"])
+    assert "ERROR test_probed.py::test_forked_one - Failed: not forked: pytest-forked" in \
+        result.stdout.str()
+    # one probe fork for the whole session, none for the refused tests themselves
+    assert log.read_text().splitlines() == ["::npu-regress-forked-probe"]
+    # the first way out works as written: under --isolate-all the same tests run isolated
+    isolated = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--isolate-all",
+                                             "-k", "forked_one or forked_two")
+    isolated.assert_outcomes(passed=2)
+
+
+def test_no_forked_test_means_no_probe(pytester: pytest.Pytester,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _with_broken_forked(pytester, monkeypatch)
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert not log.exists()
+
+
+def test_probe_runs_no_session_fixture_teardown(pytester: pytest.Pytester) -> None:
+    """With the real pytest-forked (the pinned versions): the probe's fork sets up and tears
+    down only itself. A session fixture's teardown runs once in the forked test's child (as
+    pytest-forked always does) and once at the end, never a third time in the probe."""
+    log = pytester.path / "teardowns.log"
+    pytester.makepyfile(test_probed=f"""
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def resource():
+            yield
+            with open({str(log)!r}, "a") as fh:
+                fh.write("teardown\\n")
+
+        def test_first(resource):
+            pass
+
+        @pytest.mark.forked
+        def test_forked():
+            pass
+        """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    assert log.read_text().splitlines() == ["teardown", "teardown"]
+
+
 def test_default_state_sees_a_real_cuda_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
