@@ -3,9 +3,10 @@ finished test readable.
 
 Line types: ``header`` (runner, host, package versions, git commit, start time, device,
 hardware versions, isolation), ``test`` (id, outcome, duration, device, hardware, isolation
-method, dispatch events, logprob report summary, each child's exit status or signal and the
-tail of its output, the failure text or skip reason), and ``footer`` (end time, exit
-status, counts). Written by the xdist controller only, flushed after every line.
+method, dispatch events, the switch's dispatcher footprint, logprob report summary, each
+child's exit status or signal and the tail of its output, the failure text or skip reason),
+and ``footer`` (end time, exit status, counts). Written by the xdist controller only,
+flushed after every line.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class ResultsWriter:
             "isolation": session.method,
             "dispatch_events": _json_or_none(props.get("dispatch_events")),
             "logprob_report": props.get("logprob_report"),
+            "dispatcher_footprint": props.get("dispatcher_footprint"),
             "children": getattr(report, "harness_children", []),
         }
         if report.skipped:

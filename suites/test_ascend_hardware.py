@@ -56,6 +56,10 @@ NAMES = {
     "Ascend950DT_958x": "A5", "Ascend950PR_9599": "A5", "Ascend910_9579": "A5",
     "Ascend310P3": "ASCEND310P", "Ascend310B1": "ASCEND310B", "Ascend910": "UNKNOWN",
     "Ascend910C": "UNKNOWN", "ascend910b3": "UNKNOWN", "GPU": "UNKNOWN",
+    # a name rule is a prefix (or exact) rule, never a substring one: junk before a known
+    # name, or after an exact one, is no chip we know
+    "xAscend910B3": "UNKNOWN", "Atlas Ascend950PR": "UNKNOWN", "NPU-Ascend910_9391": "UNKNOWN",
+    "Ascend910Bx": "UNKNOWN", "Ascend910Ax": "UNKNOWN", "Ascend310": "UNKNOWN",
     "": "NONE",  # an empty name is no answer: nothing identifies the chip
 }
 

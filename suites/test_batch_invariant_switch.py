@@ -1,6 +1,7 @@
 """Batch-invariance switch: on means the invariant ops really run, off means not one
-``batch_invariant_ops::`` event. 7 checks x {disabled, enabled} per target, each case in
-its own isolated child; event counts land in the report as ``dispatch_events``."""
+``batch_invariant_ops::`` event and no changed kernel on any operator. 7 checks x
+{disabled, enabled} per target, each case in its own isolated child; event counts land in
+the report as ``dispatch_events``, the switch's footprint as ``dispatcher_footprint``."""
 
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ def test_switch(invariance_target: InvarianceTarget, check: str, enabled: bool,
     res = run_on_npu(run_switch_case, invariance_target.name, check, enabled, inputs,
                      env=switch_env(enabled), events=invariance_target.event_patterns())
     record_property("switch_evidence", {k: v for k, v in res.value.items()
-                                        if k not in ("out", "residual_out")})
+                                        if k not in ("out", "residual_out",
+                                                     "dispatcher_footprint")})
+    # every operator and dispatch key the switch changed: the target's whole footprint when
+    # on, and a failure below when off
+    record_property("dispatcher_footprint", res.value["dispatcher_footprint"])
     problems = judge(invariance_target, check, enabled, inputs, res.value, res.events)
     assert not problems, (f"{invariance_target.name} {check} with the switch "
                           f"{'on' if enabled else 'off'}:\n- " + "\n- ".join(problems)

@@ -56,6 +56,42 @@ def test_enum_contract() -> None:
     assert HW.from_soc_name("Ascend910B3") is HW.A2
 
 
+@pytest.mark.parametrize("name", ["xAscend910B3", "Atlas Ascend950PR", "NPU-Ascend910_9391",
+                                  "Ascend910Bx", "Ascend910Ax", "Ascend310"])
+def test_names_match_from_the_start_not_anywhere(name: str) -> None:
+    assert HW.from_soc_name(name) is HW.UNKNOWN
+
+
+def test_a5_is_ipc_capable_below_the_a2_a3_hdk_threshold() -> None:
+    """A5 HDKs are numbered on their own (Pod 25.1, Server 25.6, PCIe 25.7): the A2/A3
+    threshold (25.3.rc1) must not deny them, while 950DT has no IPC at all."""
+    pod = NpuVersions(HW.A5, soc_version=260, soc_name="Ascend950PR_9599",
+                      driver_version="25.1.rc1", cann_version="9.0.0")
+    assert ipc_support(pod).supported is True
+    assert "without the HDK check" in ipc_support(pod).reason
+    a2_same_hdk = NpuVersions(HW.A2, soc_version=223, soc_name="Ascend910B3",
+                              driver_version="25.1.rc1", cann_version="9.0.0")
+    assert ipc_support(a2_same_hdk).supported is False
+    dt = NpuVersions(HW.A5, soc_version=260, soc_name="Ascend950DT_958x",
+                     driver_version="25.7.0", cann_version="9.0.0")
+    assert ipc_support(dt).supported is False
+    assert "950DT" in ipc_support(dt).reason
+
+
+def test_a3_driver_comes_from_the_card_of_a_die() -> None:
+    """On A3 one card holds two dies: device 3's board query is card 1 (3 // 2)."""
+    board = "NPU ID : 1\n  Software Version : 25.5.0\n"
+
+    def detect() -> NpuVersions:
+        return get_npu_versions(3)
+
+    spoof = NpuSpoof(soc_version=250, npu_smi_output={"info -t board -i 1": board})
+    found = run_isolated(detect, spoof=spoof, method="forkserver").value
+    assert (found.hardware, found.driver_version) == (HW.A3, "25.5.0")
+    assert found.sources["driver_version"] == "npu-smi info -t board -i 1"
+    assert any(e.startswith("npu-smi info -t board -i 3") for e in found.errors), found.errors
+
+
 def test_ipc_garbage_names_the_string() -> None:
     d = ipc_support(NpuVersions(HW.A2, driver_version="v???", cann_version="8.5.0"))
     assert (d.supported, d.reason) == (False, "A2: the driver (HDK) version 'v???' cannot be parsed")
@@ -89,6 +125,16 @@ BREAKERS = {
         "import re, harness.hardware as h\n"
         "h.SOC_NAME_RULES.insert(0, (re.compile(r'.*Ascend910B.*'), h.AscendHardwareVersion.A2))\n"
     ),
+    # every name rule searched as a substring instead of matched from the start
+    "substring-everywhere": (
+        "import harness.hardware as h\n"
+        "def by_search(cls, name):\n"
+        "    for pattern, family in h.SOC_NAME_RULES:\n"
+        "        if pattern.search((name or '').strip()):\n"
+        "            return family\n"
+        "    return cls.UNKNOWN\n"
+        "h.AscendHardwareVersion.from_soc_name = classmethod(by_search)\n"
+    ),
     # A5 without its exemption: the Pod at HDK 25.1 loses IPC
     "no-a5-exemption": (
         "import harness.hardware as h\n"
@@ -110,6 +156,8 @@ BREAKERS = {
 }
 CAUGHT_BY = {
     "substring-names": ["name-Ascend910B]"],
+    "substring-everywhere": ["name-xAscend910B3]", "name-Atlas Ascend950PR]",
+                             "name-NPU-Ascend910_9391]", "name-Ascend910Bx]", "name-Ascend910Ax]"],
     "no-a5-exemption": ["ipc-a5-pod-hdk-25.1"],
     "no-trimming": ["ipc-a3-t-build", "ipc-a2-rc-build"],
     "a3-ends-at-255": ["soc-256]", "soc-256-torch-npu-vs-vllm-ascend"],

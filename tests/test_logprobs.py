@@ -103,6 +103,44 @@ def test_slots_are_not_repeated() -> None:
         slot_positions(4, ("end",))
 
 
+class NudgeAtIndex:
+    """Broken on purpose: one ULP on the row at one index of every batch of 2 or more (the
+    reference, batch size 1, stays clean), so only the probe placed at that index differs."""
+
+    name = "nudge-at-index"
+
+    def __init__(self, index_of: Any) -> None:
+        self.index_of = index_of
+
+    def _rows(self, batch: list[list[int]], width: int) -> list[torch.Tensor]:
+        rows = [torch.tensor(s[:width], dtype=torch.float32) / 7 for s in batch]
+        if len(batch) > 1:
+            i = self.index_of(len(batch))
+            rows[i] = torch.nextafter(rows[i], torch.full_like(rows[i], 1e9))
+        return rows
+
+    def prefill(self, batch: list[list[int]]) -> list[torch.Tensor]:
+        return self._rows(batch, 4)
+
+    def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
+        return self._rows(batch, steps)
+
+
+@pytest.mark.parametrize("where, index_of", [
+    ("first", lambda bs: 0), ("middle", lambda bs: bs // 2), ("last", lambda bs: bs - 1)])
+def test_the_probe_really_sits_at_its_slot(where: str, index_of: Any) -> None:
+    """Only the batch row at ``index_of(bs)`` is perturbed: every mismatch must be the probe at
+    exactly that position, in every batch size of 2 or more."""
+    sizes = (1, 2, 3, 4, 5, 8, 16, 32)
+    report = check_batch_invariance(NudgeAtIndex(index_of), batch_sizes=sizes, decode_steps=4,
+                                    vocab=50)
+    assert all(m.position == index_of(m.batch_size) for m in report.mismatches)
+    assert sorted({m.batch_size for m in report.mismatches}) == [2, 3, 4, 5, 8, 16, 32]
+    assert {m.phase for m in report.mismatches} == {"prefill", "decode"}
+    if where != "first":  # at bs 2 'middle' and 'last' are the same index, named 'middle'
+        assert {m.slot for m in report.mismatches if m.batch_size > 2} == {where}
+
+
 def test_explicit_probe_and_fillers() -> None:
     class Echo:
         name = "echo"
@@ -181,3 +219,49 @@ def test_vllm_adapter_on_a_fake_engine() -> None:
 
 def test_vllm_unavailable_reasons() -> None:
     assert vllm_source.unavailable("cuda") == "vllm is not installed"
+
+
+# --- the inverse control's expectations -------------------------------------------------------
+
+def test_inverse_control_table() -> None:
+    from harness.logprobs.expectations import judge_inverse
+
+    assert judge_inverse(False, 42, "tiny", "cpu", "float32", "x86_64")[0] == "passed"
+    outcome, why = judge_inverse(True, 42, "tiny", "cpu", "float32", "x86_64")
+    assert outcome == "failed"
+    assert why.startswith("inverse control found no difference in 42 cases, but tiny float32 "
+                          "on cpu is known to be batch-variant without the switch (measured")
+    assert "22 of 42 cases differ" in why and why.endswith("the comparison or the batch-size "
+                                                           "sweep is broken")
+    assert judge_inverse(True, 42, "tiny", "cpu", "bfloat16", "x86_64")[0] == "xfailed"
+    outcome, why = judge_inverse(True, 42, "tiny", "cpu", "float32", "aarch64")
+    assert outcome == "xfailed"
+    assert "no measurement for tiny float32 on cpu (aarch64) says it is batch-variant" in why
+
+
+LOGPROB_SUITE = Path(__file__).parent.parent / "suites" / "test_logprob_batch_invariance.py"
+
+
+def test_inverse_control_fails_when_the_comparison_is_broken(pytester: pytest.Pytester) -> None:
+    """A comparison that never sees a difference: where the default path is known to be
+    batch-variant (fp32 on this CPU), the switch-off case fails instead of an XFAIL."""
+    from harness.logprobs.expectations import inverse_expectation
+
+    if not inverse_expectation("tiny", "cpu", "float32").variant:
+        pytest.skip("no measurement says fp32 on this CPU is batch-variant")
+    pytester.makepyfile(test_lp_copy=LOGPROB_SUITE.read_text())
+    pytester.makeconftest(
+        "import pytest\n"
+        "@pytest.fixture\n"
+        "def run_on_npu(run_on_npu):\n"
+        "    def broken(fn, *args, **kwargs):\n"
+        "        def blind(*a):\n"
+        "            import harness.logprobs.engine as engine\n"
+        "            engine.compare_bits = lambda ref, got: None\n"
+        "            return fn(*a)\n"
+        "        return run_on_npu(blind, *args, **kwargs)\n"
+        "    return broken\n")
+    result = pytester.runpytest("-k", "tiny and off and float32", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*inverse control found no difference in 42 cases, but tiny "
+                                 "float32 on cpu is known to be batch-variant*"])

@@ -4,6 +4,7 @@ input, and the rendered page checked in a real browser."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -181,6 +182,132 @@ def test_skip_reasons_are_recorded_plainly(pytester: pytest.Pytester) -> None:
         == "needs an NPU"
 
 
+EVERY_OUTCOME = """
+import pytest
+
+@pytest.fixture
+def broken_setup():
+    raise RuntimeError("setup broke")
+
+@pytest.fixture
+def broken_teardown():
+    yield
+    raise RuntimeError("teardown broke")
+
+def test_pass():
+    pass
+
+def test_fail():
+    assert 1 == 2
+
+def test_skip():
+    pytest.skip("needs an NPU")
+
+@pytest.mark.xfail(reason="known bad", strict=False)
+def test_xfail():
+    assert False
+
+@pytest.mark.xfail(reason="should fail", strict=True)
+def test_xpass_strict():
+    pass
+
+@pytest.mark.xfail(reason="may fail", strict=False)
+def test_xpass_lenient():
+    pass
+
+def test_setup_error(broken_setup):
+    pass
+
+def test_teardown_error(broken_teardown):
+    pass
+"""
+
+
+def test_every_outcome_goes_through_the_writer(pytester: pytest.Pytester) -> None:
+    """Each pytest outcome is written as itself and read back as itself (an xfail must never
+    become a skip, an xpass never a pass), with the footer's counts and exit status."""
+    pytester.makepyfile(test_all=EVERY_OUTCOME)
+    out = pytester.path / "r.jsonl"
+    result = pytester.runpytest("--harness-results", str(out), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=2, skipped=1, xfailed=1, xpassed=1, errors=2)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    tests = [(r["id"].split("::")[1], r["outcome"], r["when"]) for r in lines
+             if r["type"] == "test"]
+    assert tests == [
+        ("test_pass", "passed", "call"), ("test_fail", "failed", "call"),
+        ("test_skip", "skipped", "call"), ("test_xfail", "xfailed", "call"),
+        ("test_xpass_strict", "failed", "call"), ("test_xpass_lenient", "xpassed", "call"),
+        ("test_setup_error", "error", "setup"), ("test_teardown_error", "passed", "call"),
+        ("test_teardown_error", "error", "teardown")]
+    by_name = {(r["id"].split("::")[1], r["when"]): r for r in lines if r["type"] == "test"}
+    assert by_name[("test_xfail", "call")]["reason"] == "known bad"
+    assert "[XPASS(strict)] should fail" in by_name[("test_xpass_strict", "call")]["longrepr"]
+    assert "RuntimeError: setup broke" in by_name[("test_setup_error", "setup")]["longrepr"]
+    assert "RuntimeError: teardown broke" in \
+        by_name[("test_teardown_error", "teardown")]["longrepr"]
+    footer = lines[-1]
+    assert footer["type"] == "footer" and footer["exitstatus"] == 1
+    assert footer["counts"] == {"passed": 2, "failed": 2, "skipped": 1, "xfailed": 1,
+                                "xpassed": 1, "error": 2}
+    assert footer["duration"] >= 0 and footer["end"] >= lines[0]["start"]
+    run = load_results(out)  # the report reads every outcome back as written
+    assert run.tests["test_all.py::test_xfail"].outcome == "xfailed"
+    assert run.tests["test_all.py::test_xpass_lenient"].outcome == "xpassed"
+    assert run.tests["test_all.py::test_setup_error"].outcome == "error"
+
+
+def test_a_real_switch_run_carries_its_event_counts(pytester: pytest.Pytester) -> None:
+    """The counts a real child counted reach the results file and the report's reader."""
+    pytester.makepyfile(test_switch_copy=SUITE.read_text())
+    out = pytester.path / "r.jsonl"
+    pytester.runpytest("--harness-results", str(out), "--bi-target", "reference",
+                       "-k", "mm-enabled or torch_sum-enabled").assert_outcomes(passed=2)
+    written = {r["id"].rsplit("[", 1)[-1]: r["dispatch_events"]
+               for r in map(json.loads, out.read_text().splitlines()) if r["type"] == "test"}
+    assert written == {"reference-mm-enabled]": {"batch_invariant_ops::mm": 1},
+                       "reference-torch_sum-enabled]": {"batch_invariant_ops::reduce_sum": 1}}
+    run = load_results(out)
+    assert {t.rsplit("[", 1)[-1]: r.dispatch_events for t, r in run.tests.items()} == written
+    footprints = [r["dispatcher_footprint"] for r in map(json.loads, out.read_text().splitlines())
+                  if r["type"] == "test"]
+    assert all(f["aten::mm"] == ["CPU"] for f in footprints), footprints
+
+
+def _structure(html: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Every element of the page with its attribute names, in order."""
+    from html.parser import HTMLParser
+
+    seen: list[tuple[str, tuple[str, ...]]] = []
+
+    class Collect(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            seen.append((tag, tuple(name for name, _ in attrs)))
+
+    Collect().feed(html)
+    return seen
+
+
+def test_hostile_text_adds_no_element_or_attribute(tmp_path: Path) -> None:
+    """Without a browser: the page rendered from hostile strings has exactly the elements and
+    attributes of the page rendered from plain ones; the hostile strings appear as text."""
+    hostile = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>',
+               "' onmouseover='alert(3)", "<svg/onload=alert(4)>", "</td></tr><tr><td>x"]
+
+    def render(words: list[str], name: str) -> str:
+        path = _write(tmp_path / f"{name}.jsonl", [
+            _header(f"a5{words[0]}", "2026-11-30"),
+            _test(f"t::one{words[1]}", "failed", longrepr=words[2], reason=words[3]),
+            _test(f"t::two{words[4]}", "skipped", reason=words[0]), FOOTER])
+        assert cli(["report", "render", str(path), "--out", str(tmp_path / name)]) == 0
+        return (tmp_path / name / "report.html").read_text()
+
+    plain = render([f"plain{i}" for i in range(5)], "plain")
+    bad = render(hostile, "bad")
+    assert _structure(bad) == _structure(plain)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in bad
+    assert not any(tag in {"script", "img"} for tag, _ in _structure(bad))
+
+
 # --- the page in a real browser --------------------------------------------------------------
 
 def _chromium() -> str | None:
@@ -192,6 +319,9 @@ def _chromium() -> str | None:
 
 def test_report_in_headless_chromium(tmp_path: Path) -> None:
     browser = _chromium()
+    if browser is None and os.environ.get("CI"):
+        pytest.fail("Chromium is missing on a CI machine: ci/setup.sh --test installs Debian's "
+                    "chromium, and CI must run this test, not skip it")
     if browser is None:
         pytest.skip("Chromium is not installed (ci/setup.sh --test installs Debian's chromium "
                     "with apt-get; it was not available here)")

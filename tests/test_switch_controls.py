@@ -76,6 +76,65 @@ def test_leak_is_caught_by_events_alone(check: str) -> None:
     assert any("expected no batch_invariant_ops::" in p for p in problems), problems
 
 
+class OffLeaksLogSoftmax(ReferenceTarget):
+    """Broken on purpose: 'off' leaves one aten override that no check runs (_log_softmax),
+    while identity and the checked ops all read 'off'."""
+
+    def set_switch(self, enabled: bool) -> None:
+        import os
+
+        import torch
+
+        os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
+        if enabled:
+            self._module().init_batch_invariance()
+        else:
+            lib = torch.library.Library("aten", "IMPL")
+            lib.impl("_log_softmax", self._module()._log_softmax_override, "CPU")
+            torch.__dict__.setdefault("_test_leaked_libs", []).append(lib)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_off_that_leaks_an_unchecked_override_fails_every_disabled_case(check: str) -> None:
+    problems = run_case(OffLeaksLogSoftmax(), check, False)
+    assert problems == ["with the switch off, reference changed the dispatcher: "
+                        "aten::_log_softmax (CPU)"], problems
+
+
+class OnSkipsMm(ReferenceTarget):
+    """Broken on purpose: 'on' by identity (the library exists, torch.sum is replaced) but
+    aten::mm is never routed to the invariant op."""
+
+    def set_switch(self, enabled: bool) -> None:
+        from unittest import mock
+
+        import torch
+
+        original = torch.library.Library.impl
+
+        def impl(lib, name, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return None if name == "mm" else original(lib, name, *args, **kwargs)
+
+        with mock.patch.object(torch.library.Library, "impl", impl):
+            super().set_switch(enabled)
+
+
+def test_on_by_identity_without_routing_mm_fails_on_events() -> None:
+    problems = run_case(OnSkipsMm(), "mm", True)
+    assert problems == ["expected batch_invariant_ops::mm to run, but it ran 0 times"], problems
+    assert run_case(OnSkipsMm(), "switch", True) == []  # identity alone cannot tell
+
+
+def test_on_names_the_whole_footprint() -> None:
+    target = ReferenceTarget()
+    inputs = case_inputs("switch")
+    res = run_isolated(run_switch_case, target, "switch", True, inputs, method="forkserver",
+                       env=switch_env(True), events=target.event_patterns())
+    assert res.value["dispatcher_footprint"] == {
+        "aten::_log_softmax": ["CPU"], "aten::matmul": ["CPU"], "aten::mean.dim": ["CPU"],
+        "aten::mm": ["CPU"], "aten::silu": ["CPU"]}
+
+
 def test_enabled_case_does_not_leak_into_the_next() -> None:
     target = ReferenceTarget()
     assert run_case(target, "mm", True) == []

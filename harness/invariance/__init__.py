@@ -80,6 +80,11 @@ class InvarianceTarget:
         return sorted(pats)
 
     # --- child side ---
+    def load(self) -> None:
+        """Import what the switch needs without turning anything on. The dispatcher is
+        compared from here to after ``set_switch``: import-time definitions (an op library's
+        own namespace) are not the switch's footprint."""
+
     def set_switch(self, enabled: bool) -> None:
         """Set the switch the way users do, then run the stack's init (which must honour it)."""
         raise NotImplementedError

@@ -51,6 +51,9 @@ class OpSetTarget(InvarianceTarget):
     def _module(self) -> types.ModuleType:
         return importlib.import_module(self.module_name)
 
+    def load(self) -> None:
+        self._module()
+
 
 class ReferenceTarget(OpSetTarget):
     """Our own op set (``harness.invariance.reference``): runs on every device kind."""
@@ -180,6 +183,9 @@ class VllmTarget(InvarianceTarget):
             if has_module(name):
                 return importlib.import_module(name)
         raise ModuleNotFoundError(f"neither {' nor '.join(self.MODULES)} is installed")
+
+    def load(self) -> None:
+        self._module()
 
     def set_switch(self, enabled: bool) -> None:
         os.environ[SWITCH_ENV] = "1" if enabled else "0"

@@ -5,7 +5,10 @@ around it are then the op's alone): the parent makes small-integer inputs (``ara
 bf16) and the fp32 CPU expectations; the child (``run_switch_case``) sets the switch the way
 users do, runs the op once and returns outputs and identity facts; the parent (``judge``)
 compares values exactly (rtol=0, atol=0; add_rms_norm's output with 1e-2, its residual
-exactly) and the counted events against the target's ``expectations``.
+exactly) and the counted events against the target's ``expectations``. The child also
+compares the dispatcher's kernel tables before and after the switch: with the switch off,
+any operator whose kernel changed fails the case (not only the ops the checks run); with it
+on, the changes are the target's footprint, shown in the report.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from harness.dispatch import footprint, registrations
 from harness.invariance import SWITCH_ENV, InvarianceTarget, get_target
 
 EPS = 1e-6
@@ -76,9 +80,12 @@ def run_switch_case(target: str | InvarianceTarget, check: str, enabled: bool,
     tgt = get_target(target) if isinstance(target, str) else target
     dev = harness.device()
     args = {k: v.to(dev) for k, v in inputs.items()}
+    tgt.load()
+    before = registrations()
     tgt.set_switch(enabled)
     got: dict[str, Any] = {"switch_env": os.environ.get(SWITCH_ENV),
-                           "enabled_by_identity": tgt.is_enabled()}
+                           "enabled_by_identity": tgt.is_enabled(),
+                           "dispatcher_footprint": footprint(before, registrations())}
     if check == "mm":
         got["out"] = _host(torch.mm(args["a"], args["b"]))
     elif check == "matmul":
@@ -109,6 +116,10 @@ def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str,
     problems = [p for e in target.expectations(check, enabled) if (p := e.check(events))]
     if got["switch_env"] != want_env:
         problems.append(f"{SWITCH_ENV}={got['switch_env']!r} in the child, expected {want_env!r}")
+    if not enabled and got["dispatcher_footprint"]:
+        changed = ", ".join(f"{op} ({', '.join(keys)})"
+                            for op, keys in got["dispatcher_footprint"].items())
+        problems.append(f"with the switch off, {target.name} changed the dispatcher: {changed}")
     if got["enabled_by_identity"] is not enabled:
         problems.append(f"{target.name} is {'off' if enabled else 'on'} by identity although "
                         f"{SWITCH_ENV}={want_env}")
