@@ -1,5 +1,6 @@
 """Tonight against earlier nights: new failures, fixes, still failing (since when), flaky
-tests, skip reasons, and dispatch-event counts that changed while the test still passes."""
+tests, newly skipped tests, skip reasons, and dispatch-event counts that changed while the
+test still passes."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ class Cell:
     test: str
     runner: str
     outcome: str
-    status: str  # new-failure, fixed, still-failing, flaky, passing, skipped, xfailed
+    #: new-failure, fixed, still-failing, flaky, passing, skipped, newly-skipped, xfailed
+    status: str
     since: str | None = None
     history: list[str] = field(default_factory=list)
     events_before: dict[str, int] | None = None
@@ -41,6 +43,8 @@ class Comparison:
     trend: dict[str, list[dict[str, Any]]]
     problems: list[str]
     skip_reasons: Counter[str] = field(default_factory=Counter)
+    #: tonight's run of each runner (its header: device, hardware, package versions)
+    runs: dict[str, RunResults] = field(default_factory=dict)
 
     def by_status(self, status: str) -> list[Cell]:
         return [c for c in self.cells.values() if c.status == status]
@@ -61,6 +65,7 @@ class Comparison:
             "fixed": rows(self.by_status("fixed")),
             "still_failing": rows(self.by_status("still-failing")),
             "flaky": rows(self.by_status("flaky")),
+            "newly_skipped": rows(self.by_status("newly-skipped")),
             "event_changes": rows(self.event_changes()),
             "skipped_by_reason": dict(self.skip_reasons.most_common()),
             "problems": self.problems,
@@ -121,7 +126,9 @@ def compare(tonight: list[RunResults], nights: list[tuple[str, dict[str, RunResu
                 else:
                     cell.status = "new-failure"
             elif res.outcome == "skipped":
-                cell.status = "skipped"
+                # ran on the last night this runner saw it, skips tonight: news, not noise
+                cell.status = "newly-skipped" if prev is not None and \
+                    prev.outcome != "skipped" else "skipped"
                 skip_reasons[res.reason or "(no reason given)"] += 1
             elif prev is not None and prev.failing:
                 cell.status = "fixed"
@@ -130,7 +137,7 @@ def compare(tonight: list[RunResults], nights: list[tuple[str, dict[str, RunResu
             cells[(test_id, runner)] = cell
     trend = _trend(nights, runs, date)
     return Comparison(date, sorted(runs), tests, cells, results, [d for d, _ in nights], trend,
-                      problems, skip_reasons)
+                      problems, skip_reasons, runs)
 
 
 def _trend(nights: list[tuple[str, dict[str, RunResults]]], tonight: dict[str, RunResults],

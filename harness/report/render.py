@@ -1,16 +1,22 @@
 """Write report.html (self-contained, inline SVG, no network), summary.md (fit for
 $GITHUB_STEP_SUMMARY) and summary.json. Every string from a results file reaches HTML only
 through jinja2 with autoescape on, and Markdown only through ``_md``, which neutralises
-markup."""
+markup. The page's only style and script are our own static files, allowed by their hashes
+in a Content-Security-Policy that lets nothing else load or run. What the page shows, and in
+which order, is ``harness.report.page``."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
+from harness.report import page
 from harness.report.compare import Comparison
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
@@ -55,12 +61,13 @@ def summary_markdown(comp: Comparison) -> str:
              "| | count |", "|---|---|"]
     for key, title in (("new_failures", "New failures"), ("fixed", "Fixed"),
                        ("still_failing", "Still failing"), ("flaky", "Flaky"),
-                       ("event_changes", "Dispatch-event counts changed")):
+                       ("event_changes", "Dispatch-event counts changed"),
+                       ("newly_skipped", "Newly skipped")):
         lines.append(f"| {title} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
     lines.append(f"| Skipped | {skipped} |")
     for key, title in (("new_failures", "New failures"), ("still_failing", "Still failing"),
-                       ("flaky", "Flaky"), ("fixed", "Fixed")):
+                       ("flaky", "Flaky"), ("fixed", "Fixed"), ("newly_skipped", "Newly skipped")):
         if s[key]:
             lines += ["", f"## {title}", "", "| test | runner | outcome | since |",
                       "|---|---|---|---|"]
@@ -80,6 +87,14 @@ def summary_markdown(comp: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _static(name: str) -> str:
+    return (Path(__file__).parent / "templates" / name).read_text(encoding="utf-8")
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
 def render(comp: Comparison, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     env = jinja2.Environment(
@@ -88,10 +103,22 @@ def render(comp: Comparison, out: Path) -> list[Path]:
     )
     env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=1, sort_keys=True,
                                                         default=str)
+    css, js = _static("report.css"), _static("report.js")
+    # Strict: nothing loads from anywhere; only our own style and script, by hash, run.
+    csp = (f"default-src 'none'; style-src {_sha256(css)}; script-src {_sha256(js)}; "
+           "img-src data:; base-uri 'none'; form-action 'none'")
+    nights_seen = len({p["date"] for pts in comp.trend.values() for p in pts})
+    matrices = page.family_matrices(comp)
     html = env.get_template("report.html.j2").render(
-        comp=comp, summary=comp.summary(),
-        charts=[_chart(comp, "pass_rate", "pass rate", "{:.0%}"),
-                _chart(comp, "duration", "suite duration (s)", "{:.0f}")],
+        comp=comp, summary=comp.summary(), csp=csp, css=Markup(css), js=Markup(js),
+        runner_lines=[page.runner_line(name, comp.runs[name]) for name in comp.runners
+                      if name in comp.runs],
+        news=page.news(comp), cards=page.failure_cards(comp), matrices=matrices,
+        bars=page.family_bars(matrices), nights_seen=nights_seen,
+        changed=sorted(comp.event_changes(), key=lambda c: (c.test, c.runner)),
+        trend_charts=[_chart(comp, "pass_rate", "pass rate", "{:.0%}"),
+                      _chart(comp, "duration", "suite duration (s)", "{:.0f}")]
+        if nights_seen >= 2 else [],
     )
     files = {"report.html": html, "summary.md": summary_markdown(comp),
              "summary.json": json.dumps(comp.summary(), indent=1, sort_keys=True, default=str)}

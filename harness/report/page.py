@@ -1,0 +1,248 @@
+"""What the nightly page shows, in the order a reader at 3 a.m. needs it: which runners ran
+what stack and how it went, what is new, each failure as a card with its diagnosis, then the
+matrix by check family and the charts.
+
+Plain data for the template (``report.html.j2``); every string here still comes from
+untrusted results files and reaches HTML only through jinja2's autoescape.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.report.compare import Cell, Comparison
+from harness.report.load import FAILING, RunResults, TestResult
+
+#: check family -> the test-file name prefixes that belong to it (first match wins)
+FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("switch", ("test_batch_invariant_switch",)),
+    ("logprob", ("test_logprob",)),
+    ("hardware", ("test_ascend_hardware",)),
+)
+OTHER = "other"
+#: statuses that put a matrix row in view (the rest fold behind a count)
+ATTENTION = ("new-failure", "still-failing", "flaky", "fixed", "newly-skipped")
+#: the stack shown on each runner line: (label, where in the results header)
+STACK = (("torch", ("packages", "torch")), ("torch_npu", ("packages", "torch_npu")),
+         ("CANN", ("hardware", "cann_version")), ("driver", ("hardware", "driver_version")),
+         ("vllm-ascend", ("packages", "vllm_ascend")), ("vLLM", ("packages", "vllm")),
+         ("verl", ("packages", "verl")))
+MESSAGE_LINES = 12
+FIELD = 120
+
+
+def family_of(test_id: str) -> str:
+    module = test_id.split("::", 1)[0].rsplit("/", 1)[-1]
+    for name, prefixes in FAMILIES:
+        if module.startswith(prefixes):
+            return name
+    return OTHER
+
+
+def _field(value: Any) -> str:
+    """One header value as short text ('' when absent)."""
+    if value is None or isinstance(value, dict | list):
+        return ""
+    text = str(value).strip()
+    return text if len(text) <= FIELD else text[:FIELD] + "..."
+
+
+def _lookup(header: dict[str, Any], path: tuple[str, str]) -> str:
+    outer = header.get(path[0])
+    return _field(outer.get(path[1])) if isinstance(outer, dict) else ""
+
+
+@dataclass
+class RunnerLine:
+    runner: str
+    chip: str
+    devices: str
+    stack: list[tuple[str, str]]
+    counts: dict[str, int]
+    complete: bool
+
+
+def runner_line(name: str, run: RunResults) -> RunnerLine:
+    header = run.header
+    hardware = header.get("hardware") if isinstance(header.get("hardware"), dict) else {}
+    device = header.get("device") if isinstance(header.get("device"), dict) else {}
+    chip = _field(hardware.get("hardware"))
+    if chip in ("", "NONE", "UNKNOWN"):
+        chip = _field(device.get("kind")).upper() or "?"
+    count = device.get("count")
+    devices = f"{count} device{'s' if count != 1 else ''}" if isinstance(count, int) else \
+        "devices unknown"
+    stack = [(label, value) for label, path in STACK if (value := _lookup(header, path))
+             and value != "absent"]
+    counts = Counter(t.outcome for t in run.tests.values())
+    return RunnerLine(name, chip, devices, stack,
+                      {k: counts.get(k, 0) for k in ("passed", "failed", "error", "skipped",
+                                                     "xfailed", "xpassed")},
+                      run.complete)
+
+
+def _message(longrepr: str) -> str:
+    """The assertion in a failure's text: pytest's ``E`` lines, else its last lines."""
+    lines = longrepr.splitlines()
+    errors = [line[1:].strip() if line.startswith("E") else line for line in lines
+              if line.startswith("E ") or line.startswith("E\t")]
+    picked = errors or [line for line in lines if line.strip()][-MESSAGE_LINES:]
+    if len(picked) > MESSAGE_LINES:
+        picked = [*picked[:MESSAGE_LINES], f"... {len(picked) - MESSAGE_LINES} more lines"]
+    return "\n".join(picked)
+
+
+def _logprob_diagnosis(report: Any) -> str:
+    if not isinstance(report, dict):
+        return str(report)
+    lines = [f"source: {_field(report.get('source'))}",
+             f"{report.get('mismatches')} of {report.get('cases')} cases differ from batch "
+             f"size 1; batch sizes {report.get('batch_sizes_differing')}; phases "
+             f"{report.get('phases_differing')}; max ULP {report.get('max_ulp')}"]
+    first = report.get("first")
+    if isinstance(first, dict):
+        lines.append("first: " + ", ".join(f"{k} {_field(v)}" for k, v in first.items()))
+    return "\n".join(lines)
+
+
+@dataclass
+class Diagnosis:
+    title: str
+    text: str
+
+
+@dataclass
+class Card:
+    test: str
+    family: str
+    #: (runner, outcome, status, since)
+    where: list[tuple[str, str, str, str]]
+    message: str
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    #: (title, text) of each child's ending and output tail
+    children: list[tuple[str, str]] = field(default_factory=list)
+    full: str = ""
+
+
+def _diagnoses(family: str, res: TestResult, cell: Cell) -> list[Diagnosis]:
+    found = []
+    if res.logprob_report is not None:
+        found.append(Diagnosis("logprob mismatches", _logprob_diagnosis(res.logprob_report)))
+    if res.dispatch_events is not None or family == "switch":
+        seen = res.dispatch_events if res.dispatch_events is not None else "not recorded"
+        text = f"events seen: {seen}"
+        if cell.events_before is not None:
+            text += f"\nlast night: {cell.events_before}"
+        problems = [line.strip()[2:] for line in _message(res.longrepr).splitlines()
+                    if line.strip().startswith("- ")]
+        if problems:
+            text = "expected vs seen:\n" + "\n".join(problems) + "\n" + text
+        found.append(Diagnosis("switch: dispatch events", text))
+    if family == "hardware":
+        shown = set(_message(res.longrepr).splitlines())
+        lines = [line for raw in res.longrepr.splitlines()
+                 if (line := raw[1:].strip() if raw.startswith("E ") else raw) not in shown
+                 and any(word in line.lower() for word in ("disagree", "source", "expected",
+                                                           "npu-smi", "soc"))]
+        if lines:
+            found.append(Diagnosis("hardware: values and their sources",
+                                   "\n".join(lines[-MESSAGE_LINES:])))
+    return found
+
+
+_ORDER = {"new-failure": 0, "flaky": 1, "still-failing": 2}
+
+
+def failure_cards(comp: Comparison) -> list[Card]:
+    """One card per failing test (all its failing runners on it), new failures first."""
+    by_test: dict[str, list[Cell]] = {}
+    for (test, _runner), cell in sorted(comp.cells.items()):
+        if cell.outcome in FAILING:
+            by_test.setdefault(test, []).append(cell)
+    cards = []
+    for test, cells in by_test.items():
+        family = family_of(test)
+        first = comp.results[(test, cells[0].runner)]
+        card = Card(test, family,
+                    [(c.runner, c.outcome, c.status, c.since or "") for c in cells],
+                    _message(first.longrepr) or "(no failure text recorded)",
+                    _diagnoses(family, first, cells[0]), full=first.longrepr)
+        for cell in cells:
+            for child in comp.results[(test, cell.runner)].children:
+                tail = str(child.get("stderr_tail") or "")
+                title = f"{cell.runner}: child {child.get('pid')}: {child.get('summary')}"
+                if tail or child.get("signal") or child.get("outcome") not in ("returned", None):
+                    card.children.append((title, tail))
+        cards.append(card)
+    cards.sort(key=lambda c: (min(_ORDER.get(w[2], 3) for w in c.where), c.family, c.test))
+    return cards
+
+
+@dataclass
+class FamilyMatrix:
+    name: str
+    #: rows in view: failing, flaky, fixed, newly skipped
+    loud: list[str]
+    #: rows folded behind a count: passing, skipped, xfailed
+    quiet: list[str]
+    counts: dict[str, int]
+    skip_reasons: list[tuple[str, int]]
+
+
+def family_matrices(comp: Comparison) -> list[FamilyMatrix]:
+    names = [name for name, _ in FAMILIES] + [OTHER]
+    rows: dict[str, list[str]] = {name: [] for name in names}
+    for test in comp.tests:
+        rows[family_of(test)].append(test)
+    out = []
+    for name in names:
+        tests = rows[name]
+        if not tests:
+            continue
+        cells = [c for t in tests for r in comp.runners if (c := comp.cells.get((t, r)))]
+        loud_set = {c.test for c in cells if c.status in ATTENTION or c.outcome in FAILING}
+        loud = sorted(loud_set, key=lambda t: (
+            min(_ORDER.get(c.status, 3) for r in comp.runners
+                if (c := comp.cells.get((t, r)))), t))
+        counts = Counter(c.outcome for c in cells)
+        reasons = Counter(comp.results[(c.test, c.runner)].reason or "(no reason given)"
+                          for c in cells if c.outcome == "skipped")
+        ordered = {o: counts[o] for o in ("passed", "failed", "error", "xpassed", "xfailed",
+                                          "skipped") if counts.get(o)}
+        out.append(FamilyMatrix(name, loud, [t for t in tests if t not in loud_set],
+                                ordered, reasons.most_common()))
+    return out
+
+
+BAR_W, BAR_H, LABEL_W = 640, 22, 90
+
+
+def family_bars(matrices: list[FamilyMatrix]) -> dict[str, Any]:
+    """Tonight's outcomes per family as stacked horizontal bars (numbers only)."""
+    kinds = (("passed", ("passed", "xfailed")), ("failed", ("failed", "error", "xpassed")),
+             ("skipped", ("skipped",)))
+    top = max((sum(m.counts.values()) for m in matrices), default=1) or 1
+    bars = []
+    for i, m in enumerate(matrices):
+        x, parts = float(LABEL_W), []
+        for kind, outcomes in kinds:
+            n = sum(m.counts.get(o, 0) for o in outcomes)
+            width = (BAR_W - LABEL_W - 200) * n / top  # 200: room for the counts
+            parts.append({"kind": kind, "x": round(x, 1), "w": round(width, 1), "n": n})
+            x += width
+        bars.append({"family": m.name, "y": 8 + i * (BAR_H + 8), "parts": parts,
+                     "end": round(x + 6, 1)})
+    return {"w": BAR_W, "h": 16 + len(bars) * (BAR_H + 8), "bar_h": BAR_H, "bars": bars}
+
+
+def news(comp: Comparison) -> list[tuple[str, str, int]]:
+    """(id, label, count) of the night's news, in reading order."""
+    summary = comp.summary()
+    return [("new-failures", "new failures", len(summary["new_failures"])),
+            ("fixed", "fixed", len(summary["fixed"])),
+            ("flaky", "flaky", len(summary["flaky"])),
+            ("event-changes", "event-count changes", len(summary["event_changes"])),
+            ("newly-skipped", "newly skipped", len(summary["newly_skipped"])),
+            ("still-failing", "still failing", len(summary["still_failing"]))]
