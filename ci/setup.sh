@@ -4,6 +4,8 @@
 #   bash ci/setup.sh --test     also what the harness's own tests need (linters, Chromium)
 #   bash ci/setup.sh --latest   ignore ci/constraints.txt: the newest releases (the nightly
 #                               "latest" job, which shows what the next upgrade breaks)
+#   bash ci/setup.sh --upstream also the upstream releases of ci/upstream.txt (vLLM, verl,
+#                               vllm-ascend's Python sources), never replacing torch
 # Flags combine. By default every package is installed under ci/constraints.txt (made by
 # ci/lock.sh): a fresh machine gets exactly the versions the tests passed with.
 # torch: installed (2.13.0, a CPU wheel on plain machines) ONLY when none is importable;
@@ -12,12 +14,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-test=0 latest=0
+test=0 latest=0 upstream=0
 for arg in "$@"; do
   case "$arg" in
     --test) test=1 ;;
     --latest) latest=1 ;;
-    *) echo "ci/setup.sh: unknown option '$arg' (use --test, --latest)" >&2; exit 2 ;;
+    --upstream) upstream=1 ;;
+    *) echo "ci/setup.sh: unknown option '$arg' (use --test, --latest, --upstream)" >&2; exit 2 ;;
   esac
 done
 pins=(-c ci/constraints.txt)
@@ -34,9 +37,15 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "npu-regress setup: no importable torch; installing torch==2.13.0"
   "$PY" -m pip install -q "${pins[@]}" "torch==2.13.0"
 fi
-extras=""
-[ "$test" = 1 ] && extras="[test]"
-"$PY" -m pip install -q "${pins[@]}" "${upgrade[@]}" -e ".$extras"
+extras=()
+[ "$test" = 1 ] && extras+=(test)
+[ "$upstream" = 1 ] && extras+=(upstream)
+spec="."
+[ ${#extras[@]} -gt 0 ] && spec=".[$(IFS=,; echo "${extras[*]}")]"
+"$PY" -m pip install -q "${pins[@]}" "${upgrade[@]}" -e "$spec"
+if [ "$upstream" = 1 ]; then
+  bash ci/upstream.sh "$PY"
+fi
 if [ "$test" = 1 ]; then
   # The report's browser test needs Chromium; without it that one test skips, naming why.
   if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
@@ -44,7 +53,7 @@ if [ "$test" = 1 ]; then
       >/dev/null 2>&1 || echo "npu-regress setup: could not install chromium (browser test will skip)"
   fi
 fi
-"$PY" -m pip check >/dev/null || echo "npu-regress setup: pip check reports conflicts (see 'pip check')"
+
 "$PY" - <<'PYEOF'
 import importlib.metadata as md
 names = ("torch", "pytest", "pytest-forked", "pytest-xdist")

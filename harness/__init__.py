@@ -1,7 +1,8 @@
 """npu-regress: spawn-isolated hardware-regression checks for Ascend NPU stacks.
 
 Public API (a contract for users' suites and CI): ``run_isolated``, ``IsolatedResult``,
-the ``IsolationError`` family, and ``device()`` for use inside an isolated child.
+the ``IsolationError`` family, ``count_events`` (dispatch events counted around a block),
+and ``device()`` for use inside an isolated child.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from harness.dispatch import count_events
 from harness.isolation import run_isolated
 from harness.result import (
     ChildCrashed,
@@ -24,6 +26,7 @@ __all__ = [
     "ChildTimeout",
     "IsolatedResult",
     "IsolationError",
+    "count_events",
     "device",
     "device_kind",
     "run_isolated",

@@ -1,49 +1,70 @@
 """Other implementations of the hardware decisions, asked the same questions as ours.
 
-verl (``get_npu_versions`` / ``check_ipc_version_support``) and vllm-ascend
-(``device_type_from_soc_version``) each decide the chip family and IPC support their own
-way (facts file, section 2). The conformance suite runs each case against them in a
-spoofed child and reports every difference from ``harness.hardware``, case by case.
-Module locations differ between releases, so each adapter tries a list of candidates and
-its skip reason names them.
+The released code of verl (``verl/utils/device.py``: ``get_npu_versions``,
+``check_ipc_version_support``) and of vllm-ascend (v0.23.0's inline mapping in
+``vllm_ascend/utils.py`` ``check_ascend_device_type``; ``vllm_ascend/device/hardware.py``
+in later layouts) runs in a spoofed child, and every answer is compared with
+``harness.hardware``. An implementation that raises has answered ("raises
+CalledProcessError: ..."). Each difference is either on the list of known disagreements,
+with its reason (the case passes and records it), or new upstream drift (the case fails).
+
+Each implementation declares the upstream symbols it relies on; a missing one is
+``UpstreamDrift`` ("upstream drift: vllm_ascend 0.23.0.post1 has no <name>"), never an
+AttributeError.
 """
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from harness.devices import has_module
-from harness.hardware import AscendHardwareVersion
+from harness.hardware import AscendHardwareVersion, NpuSpoof
+from harness.upstream import UpstreamDrift, import_upstream, release, require, source_file
 
 
 @dataclass(frozen=True)
 class Implementation:
-    name: str
-    modules: tuple[str, ...]
-    functions: tuple[str, ...]
+    """One upstream layout: where it lives and which of its symbols the adapter uses."""
 
-    def locate(self) -> tuple[Any, str | None]:
-        """(module, None) or (None, why it is unavailable). Imports: call in a child."""
-        for candidate in filter(has_module, self.modules):
-            module = importlib.import_module(candidate)
-            if all(hasattr(module, f) for f in self.functions):
-                return module, None
-        return None, (f"{self.name}: none of {', '.join(self.modules)} provides "
-                      f"{', '.join(self.functions)}")
+    name: str
+    distribution: str
+    module: str
+    symbols: tuple[str, ...]
+    skip_inits: tuple[str, ...] = ()
 
     def installed(self) -> str | None:
-        """Parent side, without importing: None if the top package exists, else why not."""
-        top = self.modules[0].split(".")[0]
-        return None if has_module(top) else f"{top} is not installed"
+        """Parent side, without importing: None if this layout is there, else why not."""
+        if not has_module(self.module.split(".")[0]):
+            return f"{self.distribution} is not installed"
+        if source_file(self.module) is None:
+            return (f"{release(self.distribution)} has no {self.module} (this layout is "
+                    f"not in that release)")
+        return None
+
+    def load(self) -> types.ModuleType:
+        """Child side: the module, every declared symbol present, or ``UpstreamDrift``."""
+        if source_file(self.module) is None:
+            raise UpstreamDrift(f"upstream drift: {release(self.distribution)} has no "
+                                f"module {self.module}")
+        module = import_upstream(self.module, skip_inits=self.skip_inits)
+        require(module, self.distribution, self.symbols)
+        return module
 
 
-VERL = Implementation("verl", ("verl.utils.device", "verl.utils.npu_utils"),
-                      ("get_npu_versions", "check_ipc_version_support"))
-VLLM_ASCEND = Implementation("vllm_ascend", ("vllm_ascend.utils", "vllm_ascend.platform"),
-                             ("device_type_from_soc_version",))
-IMPLEMENTATIONS = {impl.name: impl for impl in (VERL, VLLM_ASCEND)}
+VERL = Implementation("verl", "verl", "verl.utils.device",
+                      ("get_npu_versions", "check_ipc_version_support",
+                       "AscendHardwareVersion"), skip_inits=("verl", "verl.utils"))
+VLLM_ASCEND_UTILS = Implementation("vllm_ascend", "vllm-ascend", "vllm_ascend.utils",
+                                   ("check_ascend_device_type", "AscendDeviceType",
+                                    "_ascend_device_type"))
+VLLM_ASCEND_HARDWARE = Implementation("vllm_ascend.device", "vllm-ascend",
+                                      "vllm_ascend.device.hardware",
+                                      ("device_type_from_runtime_soc",))
+IMPLEMENTATIONS = {impl.name: impl for impl in (VERL, VLLM_ASCEND_UTILS, VLLM_ASCEND_HARDWARE)}
 
 
 def _family(value: Any) -> str:
@@ -55,28 +76,97 @@ def _family(value: Any) -> str:
     return {"MAX_VERSION": "UNKNOWN", "_310P": "ASCEND310P", "310P": "ASCEND310P"}.get(name, name)
 
 
+def _raised(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"raises {type(exc).__name__}" + (f": {text[:200]}" if text else "")
+
+
+def _answer(fn: Callable[[], Any]) -> Any:
+    """What ``fn`` returned, or the exception it raised, as an answer."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - an error is an answer too
+        return _raised(exc)
+
+
+class _BuildTimeType:
+    """Stands in for vllm-ascend's build-time device type: equal to whatever the runtime
+    check computed, which it keeps. Lets the real mapping run without a real build."""
+
+    def __init__(self) -> None:
+        self.seen: Any = None
+
+    def __eq__(self, other: object) -> bool:
+        self.seen = other
+        return True
+
+    __hash__ = object.__hash__
+
+
 def ask(impl_name: str, soc_version: int | None, driver: str | None,
         cann: str | None) -> dict[str, Any]:
     """Child side: what ``impl_name`` decides under the active spoof."""
     impl = IMPLEMENTATIONS[impl_name]
-    module, why = impl.locate()
-    if module is None:
-        raise ModuleNotFoundError(why)
+    module = impl.load()
     answer: dict[str, Any] = {}
     if impl is VERL:
-        versions = module.get_npu_versions()
+        versions = _answer(module.get_npu_versions)
         if isinstance(versions, tuple) and len(versions) == 3:
             answer["hardware"] = _family(versions[0])
-        try:
-            answer["ipc_by_versions"] = bool(module.check_ipc_version_support(driver, cann))
-        except Exception as exc:  # noqa: BLE001 - an error is an answer too
-            answer["ipc_by_versions"] = f"raises {type(exc).__name__}: {exc}"
+        else:
+            answer["hardware"] = versions
+        answer["ipc_by_versions"] = _answer(
+            lambda: bool(module.check_ipc_version_support(driver, cann)))
+    elif impl is VLLM_ASCEND_UTILS:
+        build_time = _BuildTimeType()
+        module._ascend_device_type = build_time
+        result = _answer(module.check_ascend_device_type)
+        answer["hardware"] = result if isinstance(result, str) else _family(build_time.seen)
     else:
-        try:
-            answer["hardware"] = _family(module.device_type_from_soc_version(soc_version))
-        except Exception as exc:  # noqa: BLE001
-            answer["hardware"] = f"raises {type(exc).__name__}"
+        answer["hardware"] = _answer(
+            lambda: _family(module.device_type_from_runtime_soc(soc_version)))
     return answer
+
+
+#: the device name torch_npu reports for each SoC number (its ``SocVersion`` enum, read
+#: from the torch-npu 2.14.0 wheel's NpuVariables.h; 260 as a real board names itself)
+SOC_NAMES: dict[int, str] = {
+    100: "Ascend910PremiumA", 101: "Ascend910ProA", 102: "Ascend910A", 103: "Ascend910ProB",
+    104: "Ascend910B", 200: "Ascend310P1", 201: "Ascend310P2", 202: "Ascend310P3",
+    203: "Ascend310P4", 204: "Ascend310P5", 205: "Ascend310P7", 220: "Ascend910B1",
+    221: "Ascend910B2", 222: "Ascend910B2C", 223: "Ascend910B3", 224: "Ascend910B4",
+    225: "Ascend910B4_1", 240: "Ascend310B1", 241: "Ascend310B2", 242: "Ascend310B3",
+    243: "Ascend310B4", 250: "Ascend910_9391", 251: "Ascend910_9392", 252: "Ascend910_9381",
+    253: "Ascend910_9382", 254: "Ascend910_9372", 255: "Ascend910_9362", 256: "Ascend910_9363",
+    260: "Ascend950PR_9599",
+}
+SOC_NUMBERS = {name: number for number, name in SOC_NAMES.items()}
+DEFAULT_DRIVER = "25.3.rc1.2"
+DEFAULT_CANN = "8.3.RC1"
+BOARD = "NPU ID : {id}\n  Software Version : {version}\n  Firmware Version : 7.7.0.1.231\n"
+
+
+def complete_spoof(spoof: NpuSpoof, *, soc_from_name: bool = True) -> NpuSpoof:
+    """The same machine with every source an implementation may read answered: a device
+    name that fits the SoC number, ``npu-smi info -t board -i <id>`` for any id, and the
+    CANN install info under ``$ASCEND_HOME_PATH/<machine>-linux``, and the SoC number of
+    a name that torch_npu's table has (unless ``soc_from_name`` is off: a torch_npu too old
+    to have ``get_soc_version``). What the case set explicitly (a board answer for one id
+    only, a name outside the table) stays as it is."""
+    name, soc = spoof.device_name, spoof.soc_version
+    if name is None and soc is not None:
+        name = SOC_NAMES.get(soc)
+    if soc_from_name and soc is None and name and "get_soc_version" not in spoof.raise_on:
+        # torch_npu maps every name starting with "Ascend950" to 260
+        soc = SOC_NUMBERS.get(name, 260 if name.startswith("Ascend950") else None)
+    smi = spoof.npu_smi_output
+    if smi is None:
+        smi = BOARD.format(id=0, version=spoof.driver_version or DEFAULT_DRIVER)
+    info = spoof.install_info
+    if info is None:
+        info = f"version={spoof.cann_version or DEFAULT_CANN}\n"
+    return dataclasses.replace(spoof, device_name=name, soc_version=soc, npu_smi_output=smi,
+                               install_info=info)
 
 
 def differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:

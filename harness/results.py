@@ -110,6 +110,9 @@ class ResultsWriter:
             "dispatch_events": _json_or_none(props.get("dispatch_events")),
             "logprob_report": props.get("logprob_report"),
             "dispatcher_footprint": props.get("dispatcher_footprint"),
+            # a missing or renamed upstream symbol: its own category, not a plain failure
+            "category": "upstream-drift" if props.get("upstream_drift") else None,
+            "upstream_drift": props.get("upstream_drift"),
             "children": getattr(report, "harness_children", []),
         }
         if report.skipped:

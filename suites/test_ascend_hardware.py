@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from harness.conformance import IMPLEMENTATIONS, ask, differences, our_answer
+from harness.conformance import (
+    IMPLEMENTATIONS,
+    UpstreamDrift,
+    ask,
+    complete_spoof,
+    our_answer,
+)
+from harness.disagreements import judge as judge_conformance
 from harness.hardware import NpuSpoof, get_npu_versions, ipc_support
 
 
@@ -27,6 +34,8 @@ class Case:
     error: str = ""
     disagreement: str = ""
     device_id: int = 0
+    #: conformance: the machine has no SoC number to ask for (an old torch_npu)
+    no_soc_number: bool = False
 
 
 def ipc_case(case_id: str, name: str, soc: int, hdk: str | None, cann: str, hardware: str,
@@ -136,7 +145,7 @@ CASES: list[Case] = [
                                               raise_on=("get_soc_version", "get_device_name")),
          {"hardware": "NONE"}, ipc=False, reason="neither the SoC number nor the device name"),
     Case("old-torch-npu-without-get-soc-version", NpuSpoof(device_name="Ascend910_9391"),
-         {"hardware": "A3"}, error="AttributeError"),
+         {"hardware": "A3"}, error="AttributeError", no_soc_number=True),
 ]
 
 
@@ -167,19 +176,32 @@ def test_hardware(case: Case, run_on_npu, record_property) -> None:  # type: ign
 CONFORMANCE = [c for c in CASES if c.spoof.raise_on == ()]
 
 
+def conform(impl: str, device_id: int, soc_version: int | None,
+            soc_name: str | None) -> dict[str, Any]:
+    """Child side, under the completed spoof: our detection, then theirs on the same machine."""
+    versions = get_npu_versions(device_id)
+    driver, cann = versions.driver_version, versions.cann_version
+    return {"ours": our_answer(soc_version, soc_name, driver, cann),
+            "theirs": ask(impl, soc_version, driver, cann)}
+
+
 @pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
 @pytest.mark.parametrize("case", CONFORMANCE, ids=[c.id for c in CONFORMANCE])
 def test_conformance(case: Case, impl: str, run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
-    """Report (as XFAIL with the difference) every case where another implementation
-    decides differently from ours; pass where they agree."""
+    """The released implementation against ours on the same (fully answered) machine: each
+    difference must be a known disagreement, whose reason is recorded; any other fails."""
     missing = IMPLEMENTATIONS[impl].installed()
     if missing:
         pytest.skip(f"conformance with {impl}: {missing}")
-    versions, _ = run_on_npu(probe, case.device_id, spoof=case.spoof).value
-    driver, cann = versions["driver_version"], versions["cann_version"]
-    theirs = run_on_npu(ask, impl, case.spoof.soc_version, driver, cann, spoof=case.spoof).value
-    ours = our_answer(case.spoof.soc_version, case.spoof.device_name, driver, cann)
-    diffs = differences(ours, theirs)
-    record_property("conformance", {"impl": impl, "ours": ours, "theirs": theirs})
-    if diffs:
-        pytest.xfail(f"{impl} differs: " + "; ".join(diffs))
+    spoof = complete_spoof(case.spoof, soc_from_name=not case.no_soc_number)
+    try:
+        answers = run_on_npu(conform, impl, case.device_id, spoof.soc_version,
+                             spoof.device_name, spoof=spoof).value
+    except UpstreamDrift as drift:
+        record_property("upstream_drift", drift.args[0])
+        pytest.fail(drift.args[0], pytrace=False)
+    ours, theirs = answers["ours"], answers["theirs"]
+    problems, reasons = judge_conformance(impl, case.id, ours, theirs)
+    record_property("conformance", {"impl": impl, "ours": ours, "theirs": theirs,
+                                    "known_disagreements": reasons})
+    assert not problems, f"{impl} on {case.id}:\n- " + "\n- ".join(problems)

@@ -38,7 +38,7 @@ def test_the_linter_catches_a_broken_workflow(tmp_path: Path) -> None:
 
 
 def test_shell_scripts_parse() -> None:
-    for script in ("ci/run-suites.sh", "ci/setup.sh", ".ci/run"):
+    for script in ("ci/run-suites.sh", "ci/setup.sh", "ci/lock.sh", "ci/upstream.sh", ".ci/run"):
         assert subprocess.run(["bash", "-n", str(ROOT / script)], check=False).returncode == 0
 
 
@@ -117,7 +117,8 @@ def test_setup_refuses_an_unknown_flag() -> None:
     proc = subprocess.run(["bash", str(ROOT / "ci" / "setup.sh"), "--lastest"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2
-    assert "ci/setup.sh: unknown option '--lastest' (use --test, --latest)" in proc.stderr
+    assert "ci/setup.sh: unknown option '--lastest' (use --test, --latest, --upstream)" in \
+        proc.stderr
 
 
 def test_nightly_runs_one_cpu_job_on_the_latest_releases() -> None:
@@ -125,7 +126,7 @@ def test_nightly_runs_one_cpu_job_on_the_latest_releases() -> None:
 
     nightly = yaml.safe_load((ROOT / "ci" / "workflows" / "nightly.yml").read_text())
     targets = json.loads(nightly["env"]["DEFAULT_TARGETS"])
-    latest = [t for t in targets if t.get("setup") == "--latest"]
+    latest = [t for t in targets if "--latest" in t.get("setup", "")]
     assert [(t["name"], t["image"]) for t in latest] == [("cpu-latest", "")]
     runs = [step.get("run", "") for step in nightly["jobs"]["suites"]["steps"]]
     assert "bash ci/setup.sh ${{ matrix.target.setup }}" in runs

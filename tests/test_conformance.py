@@ -1,68 +1,163 @@
-"""Conformance adapters against fake verl / vllm-ascend modules built from the facts file:
-their known differences from our decisions must be reported, their agreements not."""
+"""Conformance against the released verl and vllm-ascend code (the upstream set that
+``bash ci/setup.sh --upstream`` installs): raising implementations give answers, known
+disagreements pass with their reason, new ones fail, and a renamed upstream symbol is named
+as upstream drift. The broken implementations here are negative controls."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 
 from harness import run_isolated
-from harness.conformance import VERL, VLLM_ASCEND, ask, differences, our_answer
+from harness.conformance import (
+    IMPLEMENTATIONS,
+    VERL,
+    VLLM_ASCEND_HARDWARE,
+    VLLM_ASCEND_UTILS,
+    UpstreamDrift,
+    ask,
+    complete_spoof,
+    our_answer,
+    release,
+)
+from harness.disagreements import judge
 from harness.hardware import NpuSpoof
 
-FAKES = str(Path(__file__).parent / "fakes")
+
+def _needs(*impls: str) -> None:
+    for name in impls:
+        missing = IMPLEMENTATIONS[name].installed()
+        if missing:
+            pytest.skip(f"{missing} (bash ci/setup.sh --upstream installs the upstream set)")
 
 
-def ask_with_fakes(impl: str, soc: int | None, driver: str | None, cann: str | None):  # type: ignore[no-untyped-def]
-    sys.path.insert(0, FAKES)
-    return ask(impl, soc, driver, cann)
+def _conform(impl: str, spoof: NpuSpoof) -> tuple[dict, dict]:  # type: ignore[type-arg]
+    def both(impl: str, soc: int | None, name: str | None) -> tuple[dict, dict]:  # type: ignore[type-arg]
+        from harness.hardware import get_npu_versions
+
+        v = get_npu_versions(0)
+        return (our_answer(soc, name, v.driver_version, v.cann_version),
+                ask(impl, soc, v.driver_version, v.cann_version))
+
+    full = complete_spoof(spoof)
+    return run_isolated(both, impl, full.soc_version, full.device_name, spoof=full,
+                        method="forkserver").value
 
 
-def compare(impl: str, spoof: NpuSpoof, driver: str | None = None,
-            cann: str | None = None) -> list[str]:
-    theirs = run_isolated(ask_with_fakes, impl, spoof.soc_version, driver, cann, spoof=spoof,
-                          method="forkserver").value
-    return differences(our_answer(spoof.soc_version, spoof.device_name, driver, cann), theirs)
+def test_the_upstream_set_is_the_pinned_one() -> None:
+    _needs("verl", "vllm_ascend")
+    assert release("verl") == "verl 0.9.1"
+    assert release("vllm-ascend") == "vllm-ascend 0.23.0.post1"
+    assert release("vllm") == "vllm 0.33.0"
+    # the later layout is not in 0.23.0.post1: its cases skip naming the release
+    assert VLLM_ASCEND_HARDWARE.installed() == (
+        "vllm-ascend 0.23.0.post1 has no vllm_ascend.device.hardware (this layout is not in "
+        "that release)")
 
 
-def test_vllm_ascend_256_difference_is_reported() -> None:
-    assert compare("vllm_ascend", NpuSpoof(soc_version=256)) == [
-        "hardware: ours 'A3', theirs 'raises RuntimeError'"]
-    assert compare("vllm_ascend", NpuSpoof(soc_version=255)) == []
-    assert compare("vllm_ascend", NpuSpoof(soc_version=203)) == []
+def test_real_implementations_agree_where_they_should() -> None:
+    _needs("verl", "vllm_ascend")
+    ours, theirs = _conform("verl", NpuSpoof(soc_version=223))
+    assert theirs == {"hardware": "A2", "ipc_by_versions": True} and ours == theirs
+    ours, theirs = _conform("vllm_ascend", NpuSpoof(soc_version=260))
+    assert theirs == {"hardware": "A5"}
 
 
-def test_verl_substring_guess_is_reported() -> None:
-    spoof = NpuSpoof(device_name="Ascend910B")
-    assert compare("verl", spoof, "25.3.rc1", "8.3.rc1") == [
-        "hardware: ours 'A1', theirs 'A2'"]
-    assert compare("verl", NpuSpoof(device_name="Ascend910B3"), "25.3.rc1.2", "8.3.rc1") == []
+def test_a_raising_implementation_gives_an_answer() -> None:
+    """verl raises where npu-smi's board query fails: that is its answer, never a crash."""
+    _needs("verl")
+    header = "| npu-smi 26.0.rc1                 Version: 26.0.rc1             |\n"
+    spoof = NpuSpoof(soc_version=223, npu_smi_output={"info": header})
+    ours, theirs = _conform("verl", spoof)
+    assert theirs["hardware"].startswith(
+        "raises CalledProcessError: Command '['npu-smi', 'info', '-t', 'board', '-i', '1']'")
+    problems, reasons = judge("verl", "smi-header-only", ours, theirs)
+    assert problems == [] and "board -i 1" in reasons["hardware"]
 
 
-def test_verl_ipc_disagreements_by_version() -> None:
-    spoof = NpuSpoof(device_name="Ascend910B3")
-    assert compare("verl", spoof, "25.5.t3.b001", "8.5.0") == []
-    diffs = compare("verl", spoof, "garbage", "8.5.0")
-    assert diffs == ["ipc_by_versions: ours False, theirs \"raises RuntimeError: cannot parse "
-                     "version 'garbage'\""]
+def test_known_disagreement_passes_with_its_reason_and_a_new_one_fails() -> None:
+    _needs("vllm_ascend")
+    ours, theirs = _conform("vllm_ascend", NpuSpoof(soc_version=256))
+    assert theirs == {"hardware": "raises RuntimeError: Can not support soc_version: 256."}
+    problems, reasons = judge("vllm_ascend", "soc-256", ours, theirs)
+    assert problems == [] and "stops at 255" in reasons["hardware"]
+    # the same answer on a case where nobody listed it: new drift
+    problems, _ = judge("vllm_ascend", "soc-223", {"hardware": "A2"}, theirs)
+    assert problems == ["hardware: ours 'A2', theirs 'raises RuntimeError: Can not support "
+                        "soc_version: 256.': not a known disagreement (new upstream drift)"]
 
 
-def test_absent_implementations_name_the_package() -> None:
-    assert VERL.installed() == "verl is not installed"
-    assert VLLM_ASCEND.installed() == "vllm_ascend is not installed"
+def test_a_listed_disagreement_that_went_away_fails() -> None:
+    problems, _ = judge("vllm_ascend", "soc-256", {"hardware": "A3"}, {"hardware": "A3"})
+    assert problems and problems[0].startswith("vllm_ascend no longer disagrees on hardware")
 
 
-def test_locate_names_the_candidates() -> None:
-    def locate():  # type: ignore[no-untyped-def]
-        return VERL.locate()[1]
+def _broken_vllm_ascend(soc: int) -> dict:  # type: ignore[type-arg]
+    """Negative control: the real module, with its mapping changed for SoC 223 only."""
+    import vllm_ascend.utils as utils
 
-    assert run_isolated(locate).value == ("verl: none of verl.utils.device, verl.utils.npu_utils "
-                                          "provides get_npu_versions, check_ipc_version_support")
+    real = utils.check_ascend_device_type
+
+    def drifted() -> None:
+        import torch_npu
+
+        if torch_npu.npu.get_soc_version() == 223:
+            utils._ascend_device_type == utils.AscendDeviceType.A3  # noqa: B015 - the capture
+            return None
+        return real()
+
+    utils.check_ascend_device_type = drifted
+    return ask("vllm_ascend", soc, None, None)
 
 
-@pytest.mark.parametrize("impl", ["verl", "vllm_ascend"])
-def test_adapters_find_the_fakes(impl: str) -> None:
-    assert compare(impl, NpuSpoof(device_name="Ascend910_9391", soc_version=250),
-                   "25.5.0", "8.5.0") == []
+def test_an_implementation_that_starts_disagreeing_on_one_soc_fails() -> None:
+    _needs("vllm_ascend")
+    spoof = complete_spoof(NpuSpoof(soc_version=223))
+    theirs = run_isolated(_broken_vllm_ascend, 223, spoof=spoof, method="forkserver").value
+    assert theirs == {"hardware": "A3"}
+    problems, _ = judge("vllm_ascend", "soc-223", {"hardware": "A2"}, theirs)
+    assert problems == ["hardware: ours 'A2', theirs 'A3': not a known disagreement (new "
+                        "upstream drift)"]
+    other = run_isolated(_broken_vllm_ascend, 224, spoof=complete_spoof(NpuSpoof(soc_version=224)),
+                         method="forkserver").value
+    assert judge("vllm_ascend", "soc-224", {"hardware": "A2"}, other) == ([], {})
+
+
+def _renamed() -> None:
+    import vllm_ascend.utils as utils
+
+    utils._ascend_device_type_v2 = utils.__dict__.pop("_ascend_device_type")
+    VLLM_ASCEND_UTILS.load()
+
+
+def test_a_renamed_private_symbol_is_upstream_drift() -> None:
+    _needs("vllm_ascend")
+    with pytest.raises(UpstreamDrift) as caught:
+        run_isolated(_renamed, spoof=complete_spoof(NpuSpoof(soc_version=223)),
+                     method="forkserver")
+    assert caught.value.args[0] == ("upstream drift: vllm-ascend 0.23.0.post1 has no "
+                                    "vllm_ascend.utils._ascend_device_type")
+
+
+def test_verl_loads_without_its_package_init() -> None:
+    """verl/__init__ imports ray and tensordict; verl.utils.device needs neither."""
+    _needs("verl")
+
+    def load() -> tuple[bool, bool]:
+        import sys
+
+        VERL.load()
+        return "ray" in sys.modules, "verl.utils.device" in sys.modules
+
+    assert run_isolated(load, method="forkserver").value == (False, True)
+
+
+def test_complete_spoof_answers_every_source() -> None:
+    full = complete_spoof(NpuSpoof(soc_version=223))
+    assert (full.device_name, full.soc_version) == ("Ascend910B3", 223)
+    assert "Software Version : 25.3.rc1.2" in full.npu_smi_output
+    assert full.install_info == "version=8.3.RC1\n"
+    assert complete_spoof(NpuSpoof(device_name="Ascend950DT_958x")).soc_version == 260
+    assert complete_spoof(NpuSpoof(device_name="Ascend910_9391"),
+                          soc_from_name=False).soc_version is None
+    board_one = {"info -t board -i 1": "x"}
+    assert complete_spoof(NpuSpoof(npu_smi_output=board_one)).npu_smi_output == board_one

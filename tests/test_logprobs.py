@@ -217,8 +217,11 @@ def test_vllm_adapter_on_a_fake_engine() -> None:
     assert not off.equal  # fp32 mm on this CPU differs from 4 rows on
 
 
-def test_vllm_unavailable_reasons() -> None:
+def test_vllm_unavailable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_has_module = vllm_source.has_module
+    monkeypatch.setattr(vllm_source, "has_module", lambda name: False)
     assert vllm_source.unavailable("cuda") == "vllm is not installed"
+    monkeypatch.setattr(vllm_source, "has_module", real_has_module)
 
 
 # --- the inverse control's expectations -------------------------------------------------------

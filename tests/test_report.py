@@ -373,3 +373,26 @@ def test_junit_from_another_runner(tmp_path: Path) -> None:
     garbage = tmp_path / "junk.xml"
     garbage.write_text("<testsuite><testcase")
     assert "not readable JUnit XML (ParseError" in load_any(garbage).problems[0]
+
+
+def test_upstream_drift_is_its_own_category(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester.makepyfile(
+        "import pytest\n"
+        "def test_adapter(record_property):\n"
+        "    record_property('upstream_drift', 'upstream drift: vllm_ascend 0.23.0.post1 has "
+        "no _batch_invariant_LIB')\n"
+        "    pytest.fail('upstream drift: vllm_ascend 0.23.0.post1 has no _batch_invariant_LIB')\n"
+        "def test_plain():\n"
+        "    assert False\n")
+    out = pytester.path / "r.jsonl"
+    pytester.runpytest("--harness-results", str(out)).assert_outcomes(failed=2)
+    records = {r["id"].rsplit("::", 1)[-1]: r for r in map(json.loads, out.read_text().splitlines())
+               if r["type"] == "test"}
+    assert records["test_adapter"]["category"] == "upstream-drift"
+    assert records["test_plain"]["category"] is None
+    assert cli(["report", "render", str(out), "--out", str(tmp_path / "rep")]) == 0
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert [r["test"].rsplit("::", 1)[-1] for r in summary["upstream_drift"]] == ["test_adapter"]
+    assert "| Upstream drift | 1 |" in (tmp_path / "rep" / "summary.md").read_text()
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert "upstream drift: the stack changed under the adapter" in page

@@ -208,32 +208,61 @@ def test_vllm_ascend_broken_install_fails_not_skips(tmp_path: Path) -> None:
         run_isolated(run, method="forkserver")
 
 
-# --- vllm against the fakes -----------------------------------------------------------------
+# --- vllm: the released module (vllm 0.33.0 of the upstream set) on CPU ----------------------
 
-def test_vllm_adapter_switch_on_fakes() -> None:
+def _needs_vllm() -> None:
+    reason = VllmTarget().unavailable("cpu", None)
+    if reason:
+        pytest.skip(f"{reason} (bash ci/setup.sh --upstream installs vllm 0.33.0)")
+
+
+VLLM_CPU_FOOTPRINT = {"aten::_log_softmax": ["CPU"], "aten::_softmax": ["CPU"],
+                      "aten::bmm": ["CPU"], "aten::bmm.out": ["CPU"], "aten::mean.dim": ["CPU"],
+                      "aten::softmax": ["CPU"]}
+
+
+def test_real_vllm_switch_on_cpu() -> None:
+    """vllm 0.33.0 enables on CPU: on by identity with its whole footprint; off changes
+    nothing."""
+    _needs_vllm()
+    target = VllmTarget()
     for enabled in (False, True):
-        assert run_case(VllmTarget(), "switch", enabled, fakes=True,
-                        env={"FAKE_VLLM_PLATFORM": "cuda"}) == []
+        inputs = case_inputs("switch")
+        res = run_isolated(run_switch_case, target, "switch", enabled, inputs,
+                           method="forkserver", env=switch_env(enabled),
+                           events=target.event_patterns())
+        assert judge(target, "switch", enabled, inputs, res.value, res.events) == []
+        assert res.value["dispatcher_footprint"] == (VLLM_CPU_FOOTPRINT if enabled else {})
 
 
-def test_vllm_on_a_non_cuda_platform_raises_before_changing_state() -> None:
-    def run() -> bool:
-        sys.path.insert(0, FAKES)
-        target = VllmTarget()
-        try:
-            target.set_switch(True)
-        except NotImplementedError:
-            return target.is_enabled()
-        raise AssertionError("no NotImplementedError")
+def _vllm_without_lib(enabled: bool) -> dict:  # type: ignore[type-arg]
+    """Negative control: the real module with its private handle renamed."""
+    import vllm.model_executor.determinism.batch_invariant as module
 
-    assert run_isolated(run, method="forkserver").value is False
+    module._batch_invariant_LIB_v2 = module.__dict__.pop("_batch_invariant_LIB")
+    return run_switch_case(VllmTarget(), "switch", enabled, case_inputs("switch"))
+
+
+def test_a_renamed_vllm_symbol_is_upstream_drift() -> None:
+    from harness.upstream import UpstreamDrift
+
+    _needs_vllm()
+    with pytest.raises(UpstreamDrift) as caught:
+        run_isolated(_vllm_without_lib, True, method="forkserver", env=switch_env(True))
+    assert caught.value.args[0] == ("upstream drift: vllm 0.33.0 has no "
+                                    "vllm.model_executor.determinism.batch_invariant."
+                                    "_batch_invariant_LIB")
 
 
 def test_vllm_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.invariance.adapters as adapters
+
     target = VllmTarget()
+    monkeypatch.setattr(adapters, "has_module", lambda name: False)
     assert target.unavailable("cpu", None) == "vllm is not installed"
-    monkeypatch.syspath_prepend(FAKES)
-    assert target.unavailable("cpu", None) == "needs a CUDA device: the session device is cpu"
+    monkeypatch.setattr(adapters, "has_module", lambda name: True)
+    assert target.unavailable("npu", None) == "runs on CUDA or CPU: the session device is npu"
+    assert target.unavailable("cpu", None) is None
     assert "no batch_invariant_ops:: event" in target.not_applicable("mm")
 
 
@@ -268,3 +297,16 @@ def test_namespace_is_shared_with_a_vendor_fragment() -> None:
         return [hasattr(ns, "mm"), hasattr(ns, "reduce_sum"), hasattr(ns, "npu_mm_batch_invariant")]
 
     assert run_isolated(both, method="forkserver").value == [True, True, True]
+
+
+def test_count_events_is_top_level_api() -> None:
+    """``harness.count_events`` as the README documents it (the same function)."""
+    import torch
+
+    import harness
+    from harness import dispatch
+
+    assert harness.count_events is dispatch.count_events
+    with harness.count_events("aten::mm", "batch_invariant_ops::") as counts:
+        torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+    assert counts == {"aten::mm": 1}

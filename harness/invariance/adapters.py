@@ -21,6 +21,7 @@ from harness.invariance import (
     has_module,
     no_invariant_events,
 )
+from harness.upstream import UpstreamDrift, release, require
 
 #: the reference's "vendor" fused kernel (kept here: the parent must not import the
 #: reference module, which registers ops)
@@ -152,28 +153,32 @@ class VllmAscendTarget(OpSetTarget):
 
 
 class VllmTarget(InvarianceTarget):
-    """vLLM's module on CUDA. vLLM registers Python/Triton kernels straight on aten ops, so it
-    emits no ``batch_invariant_ops::`` events: only the switch (by identity) and the 'off'
-    rule can be checked by counting."""
+    """vLLM's module, on CUDA and on CPU (vllm 0.33.0 enables there: its platform is
+    "unspecified", key CPU, and it registers softmax, log_softmax, mean and bmm kernels).
+    vLLM registers its kernels straight on aten ops, so it emits no ``batch_invariant_ops::``
+    events: the switch (by identity), the off rule and the dispatcher footprint apply."""
 
     name = "vllm"
-    devices = ("cuda",)
+    devices = ("cuda", "cpu")
     MODULES = ("vllm.model_executor.layers.batch_invariant",
                "vllm.model_executor.determinism.batch_invariant")
+    #: what the adapter uses of the module; a missing one is upstream drift
+    UPSTREAM_SYMBOLS = ("init_batch_invariance", "_batch_invariant_LIB")
 
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
         if not has_module("vllm"):
             return "vllm is not installed"
         if not any(has_module(m) for m in self.MODULES):
             return f"vllm has neither {' nor '.join(self.MODULES)}"
-        if device_kind != "cuda":
-            return f"needs a CUDA device: the session device is {device_kind}"
+        if device_kind not in self.devices:
+            return f"runs on CUDA or CPU: the session device is {device_kind}"
         return None
 
     def not_applicable(self, check: str) -> str | None:
         if check in ("mm", "matmul"):
-            return ("vLLM overrides aten::mm/matmul with Triton kernels registered on aten "
-                    "itself: no batch_invariant_ops:: event exists to prove they ran")
+            return ("vLLM overrides aten::mm/matmul (SM80, ROCm, XPU only) with Triton kernels "
+                    "registered on aten itself: no batch_invariant_ops:: event exists to prove "
+                    "they ran; the switch case's dispatcher footprint shows what it registered")
         if check in ("torch_sum", "tensor_sum", "add_rms_norm", "fused_infer_attention_score"):
             return f"vLLM's batch-invariant mode does not rebind {check} (vllm-ascend only)"
         return None
@@ -181,8 +186,11 @@ class VllmTarget(InvarianceTarget):
     def _module(self) -> types.ModuleType:
         for name in self.MODULES:
             if has_module(name):
-                return importlib.import_module(name)
-        raise ModuleNotFoundError(f"neither {' nor '.join(self.MODULES)} is installed")
+                module = importlib.import_module(name)
+                require(module, "vllm", self.UPSTREAM_SYMBOLS)
+                return module
+        raise UpstreamDrift(f"upstream drift: {release('vllm')} has neither "
+                            f"{' nor '.join(self.MODULES)}")
 
     def load(self) -> None:
         self._module()

@@ -66,6 +66,9 @@ class Comparison:
             "still_failing": rows(self.by_status("still-failing")),
             "flaky": rows(self.by_status("flaky")),
             "newly_skipped": rows(self.by_status("newly-skipped")),
+            "upstream_drift": rows([c for c in self.cells.values() if
+                                    self.results[(c.test, c.runner)].category ==
+                                    "upstream-drift"]),
             "event_changes": rows(self.event_changes()),
             "skipped_by_reason": dict(self.skip_reasons.most_common()),
             "problems": self.problems,

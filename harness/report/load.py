@@ -31,6 +31,8 @@ class TestResult:
     dispatch_events: dict[str, int] | None = None
     logprob_report: Any = None
     children: list[dict[str, Any]] = field(default_factory=list)
+    #: "upstream-drift" where the failure is a missing or renamed upstream symbol
+    category: str = ""
 
     @property
     def failing(self) -> bool:
@@ -109,6 +111,7 @@ def parse_test(record: dict[str, Any]) -> TestResult:
         dispatch_events=_events(record.get("dispatch_events")),
         logprob_report=_small(record.get("logprob_report")),
         children=_children(record.get("children")),
+        category=_text(record.get("category"), 40),
     )
 
 

@@ -128,6 +128,9 @@ class Card:
 
 def _diagnoses(family: str, res: TestResult, cell: Cell) -> list[Diagnosis]:
     found = []
+    if res.category == "upstream-drift":
+        found.append(Diagnosis("upstream drift: the stack changed under the adapter",
+                               _message(res.longrepr)))
     if res.logprob_report is not None:
         found.append(Diagnosis("logprob mismatches", _logprob_diagnosis(res.logprob_report)))
     if res.dispatch_events is not None or family == "switch":
@@ -245,4 +248,5 @@ def news(comp: Comparison) -> list[tuple[str, str, int]]:
             ("flaky", "flaky", len(summary["flaky"])),
             ("event-changes", "event-count changes", len(summary["event_changes"])),
             ("newly-skipped", "newly skipped", len(summary["newly_skipped"])),
+            ("upstream-drift", "upstream drift", len(summary["upstream_drift"])),
             ("still-failing", "still failing", len(summary["still_failing"]))]

@@ -62,12 +62,13 @@ def summary_markdown(comp: Comparison) -> str:
     for key, title in (("new_failures", "New failures"), ("fixed", "Fixed"),
                        ("still_failing", "Still failing"), ("flaky", "Flaky"),
                        ("event_changes", "Dispatch-event counts changed"),
-                       ("newly_skipped", "Newly skipped")):
+                       ("newly_skipped", "Newly skipped"), ("upstream_drift", "Upstream drift")):
         lines.append(f"| {title} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
     lines.append(f"| Skipped | {skipped} |")
     for key, title in (("new_failures", "New failures"), ("still_failing", "Still failing"),
-                       ("flaky", "Flaky"), ("fixed", "Fixed"), ("newly_skipped", "Newly skipped")):
+                       ("flaky", "Flaky"), ("fixed", "Fixed"), ("newly_skipped", "Newly skipped"),
+                       ("upstream_drift", "Upstream drift")):
         if s[key]:
             lines += ["", f"## {title}", "", "| test | runner | outcome | since |",
                       "|---|---|---|---|"]

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Install the upstream set of ci/upstream.txt into the Python given as $1 (called by
+# ci/setup.sh --upstream). Never replaces torch: wheels go in with --no-deps, and
+# vllm-ascend, whose native build needs CANN, contributes its released Python sources: its
+# sdist's vllm_ascend/ package is unpacked under .upstream/ and put on sys.path by a .pth
+# file, as an installed package would be (no entry points: vLLM does not load it as its
+# platform). Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${1:-python3}
+mapfile -t wanted < <(grep -vE '^[[:space:]]*(#|$)' ci/upstream.txt | sed 's/[[:space:]]*#.*//')
+wheels=()
+ascend=""
+for req in "${wanted[@]}"; do
+  case "$req" in
+    vllm-ascend==*) ascend=${req#vllm-ascend==} ;;
+    *) wheels+=("$req") ;;
+  esac
+done
+# What an image already has (an Ascend runner's real vllm, vllm-ascend, verl) is kept: the
+# upstream set fills in what is missing, it never replaces a stack.
+installed() {  # name -> its installed version, or nothing
+  "$PY" -c "import importlib.metadata as m, sys
+try: print(m.version(sys.argv[1]))
+except m.PackageNotFoundError: pass" "$1"
+}
+missing=()
+for req in "${wheels[@]}"; do
+  have=$(installed "${req%%==*}")
+  if [ -n "$have" ] && [ "$have" != "${req#*==}" ]; then
+    echo "npu-regress upstream: keeping installed ${req%%==*} $have (the set pins ${req#*==})"
+  elif [ -z "$have" ]; then
+    missing+=("$req")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  "$PY" -m pip install -q --no-deps "${missing[@]}"
+fi
+if [ -n "$ascend" ] && [ -n "$(installed vllm-ascend)" ]; then
+  echo "npu-regress upstream: keeping installed vllm-ascend $(installed vllm-ascend)"
+  ascend=""
+fi
+if [ -n "$ascend" ]; then
+  dest="$PWD/.upstream/vllm-ascend-$ascend"
+  if [ ! -f "$dest/vllm_ascend/batch_invariant.py" ]; then
+    dl=$(mktemp -d)
+    # The sdist's metadata step runs its setup.py: it needs setuptools_scm and wheel (the
+    # [upstream] extra) and a SOC_VERSION, or it asks npu-smi for the chip.
+    SOC_VERSION=${SOC_VERSION:-ascend910b1} "$PY" -m pip download -q --no-deps \
+      --no-build-isolation --no-binary :all: -d "$dl" "vllm-ascend==$ascend"
+    mkdir -p "$dest"
+    tar -xzf "$dl"/vllm_ascend-"$ascend".tar.gz -C "$dl"
+    rm -rf "$dest/vllm_ascend"
+    cp -r "$dl/vllm_ascend-$ascend/vllm_ascend" "$dest/"
+    rm -rf "$dl"
+  fi
+  site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$dest" > "$site/npu_regress_upstream.pth"
+fi
+"$PY" - <<'PYEOF'
+import importlib.util
+for name in ("vllm", "verl", "vllm_ascend"):
+    spec = importlib.util.find_spec(name)
+    print(f"npu-regress upstream: {name} -> {spec.submodule_search_locations[0] if spec else 'MISSING'}")
+PYEOF

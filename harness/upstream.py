@@ -1,0 +1,77 @@
+"""What the harness knows of installed upstream code (vLLM, vllm-ascend, verl): which
+release it is, where a module's source lies (found without importing), how to import a
+module whose package ``__init__`` needs what a CPU runner lacks, and ``UpstreamDrift``, the
+outcome when a symbol an adapter relies on is missing or renamed in the installed release.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import re
+import sys
+import types
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class UpstreamDrift(Exception):
+    """An upstream module or symbol that an adapter relies on is missing or renamed."""
+
+
+def source_file(module: str) -> Path | None:
+    """Where ``module``'s source would be, found from its top package without importing
+    anything (a parent package's ``__init__`` may pull in a device stack)."""
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    base = Path(list(spec.submodule_search_locations)[0]).joinpath(*rest)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def release(distribution: str) -> str:
+    """``name version`` of an installed distribution (or of sources that carry a
+    ``_version.py``, as vllm-ascend's do), else ``name (version unknown)``."""
+    try:
+        return f"{distribution} {importlib.metadata.version(distribution)}"
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    version_file = source_file(f"{distribution.replace('-', '_')}._version")
+    if version_file is not None:
+        found = re.search(r"__version__\s*=.*?['\"]([^'\"]+)['\"]", version_file.read_text())
+        if found:
+            return f"{distribution} {found.group(1)}"
+    return f"{distribution} (version unknown)"
+
+
+def import_upstream(module: str, *, skip_inits: tuple[str, ...] = ()) -> types.ModuleType:
+    """Import ``module``; the packages in ``skip_inits`` get an empty parent instead of their
+    ``__init__`` (verl's imports ray, tensordict and transformers: none of them is needed
+    by ``verl.utils.device``, and none is installed on a CPU runner). Child side."""
+    for name in skip_inits:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.submodule_search_locations is None:
+            raise UpstreamDrift(f"upstream drift: no package {name}")
+        parent = types.ModuleType(name)
+        parent.__path__ = list(spec.submodule_search_locations)
+        parent.__spec__ = spec
+        sys.modules[name] = parent
+    return importlib.import_module(module)
+
+
+def require(module: types.ModuleType, distribution: str, symbols: Iterable[str]) -> None:
+    """``UpstreamDrift`` naming every one of ``symbols`` that ``module`` lacks."""
+    missing = [s for s in symbols if not hasattr(module, s)]
+    if missing:
+        raise UpstreamDrift(f"upstream drift: {release(distribution)} has no "
+                            f"{', '.join(f'{module.__name__}.{s}' for s in missing)}")
