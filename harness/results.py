@@ -111,7 +111,9 @@ class ResultsWriter:
             "logprob_report": props.get("logprob_report"),
             "dispatcher_footprint": props.get("dispatcher_footprint"),
             # a missing or renamed upstream symbol: its own category, not a plain failure
-            "category": "upstream-drift" if props.get("upstream_drift") else None,
+            "category": "upstream-drift" if props.get("upstream_drift") else
+            "release-finding" if props.get("release_finding") else None,
+            "release_finding": props.get("release_finding"),
             "upstream_drift": props.get("upstream_drift"),
             "children": getattr(report, "harness_children", []),
         }

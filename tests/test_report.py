@@ -396,3 +396,20 @@ def test_upstream_drift_is_its_own_category(pytester: pytest.Pytester, tmp_path:
     assert "| Upstream drift | 1 |" in (tmp_path / "rep" / "summary.md").read_text()
     page = (tmp_path / "rep" / "report.html").read_text()
     assert "upstream drift: the stack changed under the adapter" in page
+
+
+def test_a_finding_about_a_release_is_its_own_category(pytester: pytest.Pytester,
+                                                      tmp_path: Path) -> None:
+    pytester.makepyfile(
+        "def test_release(record_property):\n"
+        "    record_property('release_finding', 'vllm-ascend 0.23.0.post1')\n"
+        "    assert False, 'x.sum(-1) never reaches the invariant op'\n")
+    out = pytester.path / "r.jsonl"
+    pytester.runpytest("--harness-results", str(out)).assert_outcomes(failed=1)
+    record = [r for r in map(json.loads, out.read_text().splitlines()) if r["type"] == "test"][0]
+    assert (record["category"], record["release_finding"]) == (
+        "release-finding", "vllm-ascend 0.23.0.post1")
+    assert cli(["report", "render", str(out), "--out", str(tmp_path / "rep")]) == 0
+    assert "| Findings about releases | 1 |" in (tmp_path / "rep" / "summary.md").read_text()
+    assert "a finding about the released code under test" in \
+        (tmp_path / "rep" / "report.html").read_text()

@@ -1,5 +1,7 @@
-"""Negative controls for the switch checks, and the vllm_ascend / vllm adapters run
-against fake modules built from the facts file."""
+"""Negative controls for the switch checks, and the vllm_ascend and vllm targets run against
+the released code (the upstream set): vllm-ascend 0.23.0.post1 on the CPU-backed NPU
+stand-in, vllm 0.33.0 on CPU. Broken releases and stand-ins appear only as negative
+controls."""
 
 from __future__ import annotations
 
@@ -12,8 +14,6 @@ from harness import run_isolated
 from harness.invariance import CHECKS, get_target, registry, switch_env
 from harness.invariance.adapters import ReferenceTarget, VllmAscendTarget, VllmTarget
 from harness.invariance.switch import case_inputs, judge, run_switch_case
-
-FAKES = str(Path(__file__).parent / "fakes")
 
 
 class OnRegistersNothing(ReferenceTarget):
@@ -35,19 +35,13 @@ class OffLeaks(ReferenceTarget):
         self._module().enable_batch_invariant_mode()
 
 
-def run_case(target, check: str, enabled: bool, *, fakes: bool = False,  # type: ignore[no-untyped-def]
+def run_case(target, check: str, enabled: bool, *,  # type: ignore[no-untyped-def]
              env: dict[str, str] | None = None) -> list[str]:
     """One switch case through run_isolated (as the suite runs it); the judge's problems."""
     inputs = case_inputs(check)
-    fn = _with_fakes if fakes else run_switch_case
-    res = run_isolated(fn, target, check, enabled, inputs, method="forkserver",
+    res = run_isolated(run_switch_case, target, check, enabled, inputs, method="forkserver",
                        env={**switch_env(enabled), **(env or {})}, events=target.event_patterns())
     return judge(target, check, enabled, inputs, res.value, res.events)
-
-
-def _with_fakes(*args):  # type: ignore[no-untyped-def]
-    sys.path.insert(0, FAKES)
-    return run_switch_case(*args)
 
 
 @pytest.mark.parametrize("check", CHECKS)
@@ -121,7 +115,10 @@ class OnSkipsMm(ReferenceTarget):
 
 def test_on_by_identity_without_routing_mm_fails_on_events() -> None:
     problems = run_case(OnSkipsMm(), "mm", True)
-    assert problems == ["expected batch_invariant_ops::mm to run, but it ran 0 times"], problems
+    assert len(problems) == 1 and problems[0].startswith(
+        "expected batch_invariant_ops::mm to run, but it ran 0 times: torch.mm(a, b) "
+        "dispatches aten::mm, and reference's switch changed only aten::_log_softmax (CPU), "
+        "aten::matmul (CPU)"), problems
     assert run_case(OnSkipsMm(), "switch", True) == []  # identity alone cannot tell
 
 
@@ -158,42 +155,147 @@ def test_wrong_values_are_caught() -> None:
                         "rtol=0, atol=0 required"]
 
 
-# --- vllm_ascend against the fakes ---------------------------------------------------------
+# --- vllm_ascend: the released sources (0.23.0.post1) on the CPU-backed NPU stand-in --------
+
+def _needs_vllm_ascend() -> None:
+    reason = VllmAscendTarget().unavailable("cpu", None)
+    if reason:
+        pytest.skip(f"{reason} (bash ci/setup.sh --upstream installs vllm-ascend's sources)")
+
+
+#: what vllm-ascend 0.23.0.post1 does on the NPU key (measured: the release's own code)
+VLLM_ASCEND_FOOTPRINT = {"aten::matmul": ["PrivateUse1"], "aten::mm": ["PrivateUse1"],
+                         "aten::sum": ["PrivateUse1"]}
+
 
 @pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("enabled", [False, True])
-def test_vllm_ascend_adapter_on_fakes(check: str, enabled: bool) -> None:
-    assert run_case(VllmAscendTarget(), check, enabled, fakes=True) == []
+def test_real_vllm_ascend_on_the_standin(check: str, enabled: bool) -> None:
+    """Every case passes, but one: v0.23.0 registers aten::sum, not aten::sum.dim_IntList, and
+    replaces torch.sum, not Tensor.sum, so x.sum(-1) never runs the invariant op."""
+    _needs_vllm_ascend()
+    problems = run_case(VllmAscendTarget(), check, enabled)
+    if check == "tensor_sum" and enabled:
+        assert problems == [
+            "expected batch_invariant_ops::npu_reduce_sum_batch_invariant to run, but it ran 0 "
+            "times: x.sum(-1) dispatches aten::sum.dim_IntList (x.sum() is aten::sum), and "
+            "vllm-ascend 0.23.0.post1's switch changed only aten::matmul (PrivateUse1), "
+            "aten::mm (PrivateUse1), aten::sum (PrivateUse1) on the dispatcher"]
+    else:
+        assert problems == []
 
 
-@pytest.mark.parametrize("broken, enabled", [("on-noop", True), ("off-leaks", False)])
-@pytest.mark.parametrize("check", ["switch", "mm", "add_rms_norm", "fused_infer_attention_score"])
-def test_vllm_ascend_adapter_catches_broken_fakes(check: str, broken: str, enabled: bool) -> None:
-    problems = run_case(VllmAscendTarget(), check, enabled, fakes=True,
-                        env={"FAKE_BI_BROKEN": broken})
-    assert problems
+def test_real_vllm_ascend_footprint_and_env() -> None:
+    _needs_vllm_ascend()
 
-
-def test_vllm_ascend_config_is_patched_not_required() -> None:
-    """init_batch_invariance reads get_ascend_config(), which raises un-patched."""
-
-    def check() -> tuple[str | None, str | None]:
+    def on() -> tuple[dict, str | None, str | None]:  # type: ignore[type-arg]
         import os
 
-        sys.path.insert(0, FAKES)
-        VllmAscendTarget().set_switch(True)
-        return os.environ.get("HCCL_DETERMINISTIC"), os.environ.get("LCCL_DETERMINISTIC")
+        from harness.dispatch import footprint, registrations
 
-    assert run_isolated(check, method="forkserver").value == ("strict", "1")
+        target = VllmAscendTarget()
+        target.device()
+        target.load()
+        before = registrations()
+        target.set_switch(True)
+        return (footprint(before, registrations()), os.environ.get("HCCL_DETERMINISTIC"),
+                os.environ.get("LCCL_DETERMINISTIC"))
+
+    # get_ascend_config() is patched (the real one needs a live vLLM config)
+    assert run_isolated(on, method="forkserver", env=switch_env(True)).value == (
+        VLLM_ASCEND_FOOTPRINT, "strict", "1")
+
+
+def _bit_off_mm(*args):  # type: ignore[no-untyped-def]
+    """Negative control: the stand-in AscendC mm returns results one ULP off."""
+    import torch
+
+    from harness.invariance import reference
+
+    real = reference._mm_impl
+
+    def off_by_one_ulp(a, b):  # type: ignore[no-untyped-def]
+        out = real(a, b)
+        return torch.nextafter(out, torch.full_like(out, float("inf")))
+
+    reference._mm_impl = off_by_one_ulp
+    return run_switch_case(*args)
+
+
+def test_a_standin_op_that_returns_a_different_bit_fails_its_case() -> None:
+    _needs_vllm_ascend()
+    target = VllmAscendTarget()
+    inputs = case_inputs("mm")
+    res = run_isolated(_bit_off_mm, target, "mm", True, inputs, method="forkserver",
+                       env=switch_env(True), events=target.event_patterns())
+    problems = judge(target, "mm", True, inputs, res.value, res.events)
+    assert len(problems) == 1 and problems[0].startswith(
+        "mm out differs from the fp32 CPU reference"), problems
+
+
+def _renamed_lib(*args):  # type: ignore[no-untyped-def]
+    from harness import standin
+
+    standin.install()  # the release imports torch_npu at module level
+    import vllm_ascend.batch_invariant as module
+
+    module._batch_invariant_LIB_v2 = module.__dict__.pop("_batch_invariant_LIB")
+    return run_switch_case(*args)
+
+
+def test_a_renamed_vllm_ascend_symbol_is_upstream_drift() -> None:
+    from harness.upstream import UpstreamDrift
+
+    _needs_vllm_ascend()
+    with pytest.raises(UpstreamDrift) as caught:
+        run_isolated(_renamed_lib, VllmAscendTarget(), "switch", True, {},
+                     method="forkserver", env=switch_env(True))
+    assert caught.value.args[0] == ("upstream drift: vllm-ascend 0.23.0.post1 has no "
+                                    "vllm_ascend.batch_invariant._batch_invariant_LIB")
+
+
+def _enable_registers_nothing(*args):  # type: ignore[no-untyped-def]
+    """Negative control: the release's enable with its registrations lost (the handle is
+    still set first, as v0.23.0 does): on by identity, nothing routed."""
+    import torch
+
+    original = torch.library.Library.impl
+    torch.library.Library.impl = lambda *a, **k: None  # type: ignore[method-assign]
+    try:
+        return run_switch_case(*args)
+    finally:
+        torch.library.Library.impl = original  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("check", ["mm", "matmul"])
+def test_a_release_that_registers_nothing_fails_on_events(check: str) -> None:
+    _needs_vllm_ascend()
+    target = VllmAscendTarget()
+    inputs = case_inputs(check)
+    res = run_isolated(_enable_registers_nothing, target, check, True, inputs,
+                       method="forkserver", env=switch_env(True),
+                       events=target.event_patterns())
+    problems = judge(target, check, True, inputs, res.value, res.events)
+    assert any(p.startswith(f"expected {target.OPS[check]} to run, but it ran 0 times")
+               for p in problems), problems
+    assert res.value["enabled_by_identity"] is True  # identity alone could not tell
 
 
 def test_vllm_ascend_unavailable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.invariance.adapters as adapters
+
     target = VllmAscendTarget()
-    assert target.unavailable("cpu", "torch_npu is not installed") == "torch_npu is not installed"
-    monkeypatch.syspath_prepend(FAKES)
-    assert target.unavailable("cpu", "torch_npu is installed but reports no NPU") == \
-        "needs an NPU: torch_npu is installed but reports no NPU"
-    assert target.unavailable("npu", None) is None
+    monkeypatch.setattr(adapters, "has_module", lambda name: name != "vllm_ascend")
+    assert target.unavailable("cpu", None) == "vllm_ascend is not installed"
+    monkeypatch.setattr(adapters, "has_module", lambda name: name != "batch_invariant_ops")
+    assert target.unavailable("npu", None) == "batch_invariant_ops is not installed"
+    assert target.unavailable("cpu", "no NPU") == (
+        "torch_npu is installed but the session has no NPU (no NPU): the CPU stand-in would "
+        "hide it")
+    monkeypatch.setattr(adapters, "has_module", lambda name: name == "vllm_ascend")
+    assert target.unavailable("cpu", None) is None  # the stand-in
+    assert target.unavailable("cuda", None) == (
+        "runs on an NPU or on the CPU stand-in: the session device is cuda")
 
 
 def test_vllm_ascend_broken_install_fails_not_skips(tmp_path: Path) -> None:
@@ -201,7 +303,7 @@ def test_vllm_ascend_broken_install_fails_not_skips(tmp_path: Path) -> None:
     (tmp_path / "vllm_ascend" / "__init__.py").write_text("raise ImportError('libhccl.so missing')")
 
     def run() -> None:
-        sys.path[:0] = [str(tmp_path), FAKES]
+        sys.path.insert(0, str(tmp_path))
         VllmAscendTarget().set_switch(True)
 
     with pytest.raises(ImportError, match="libhccl.so missing"):
@@ -283,14 +385,16 @@ def test_suite_event_counts_land_in_junit(pytester: pytest.Pytester) -> None:
 
 
 def test_namespace_is_shared_with_a_vendor_fragment() -> None:
-    """Our ops and a vendor's (the fake AscendC package) live side by side in one namespace."""
+    """Our ops and a vendor's (the stand-in AscendC package) live side by side in one
+    namespace."""
 
     def both() -> list[bool]:
         import torch
 
         import harness.invariance.reference  # noqa: F401
+        from harness import standin
 
-        sys.path.insert(0, FAKES)
+        standin.install()
         import batch_invariant_ops  # noqa: F401
 
         ns = torch.ops.batch_invariant_ops
@@ -310,3 +414,26 @@ def test_count_events_is_top_level_api() -> None:
     with harness.count_events("aten::mm", "batch_invariant_ops::") as counts:
         torch.mm(torch.ones(2, 2), torch.ones(2, 2))
     assert counts == {"aten::mm": 1}
+
+
+def test_the_release_finding_reaches_the_results_file(pytester: pytest.Pytester) -> None:
+    """The real suite against vllm-ascend 0.23.0.post1 on the stand-in: tensor_sum with the
+    switch on fails, naming op, call and release, as a finding about the release."""
+    import json
+
+    _needs_vllm_ascend()
+    suite = Path(__file__).parent.parent / "suites" / "test_batch_invariant_switch.py"
+    pytester.makepyfile(test_switch_copy=suite.read_text())
+    out = pytester.path / "r.jsonl"
+    result = pytester.runpytest("--bi-target", "vllm_ascend", "--harness-results", str(out),
+                                "-k", "tensor_sum or mm-enabled", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=1)
+    records = {r["id"].rsplit("[", 1)[-1]: r for r in map(json.loads, out.read_text().splitlines())
+               if r["type"] == "test"}
+    failed = records["vllm_ascend-tensor_sum-enabled]"]
+    assert failed["category"] == "release-finding"
+    assert failed["release_finding"] == "vllm-ascend 0.23.0.post1"
+    assert "vllm-ascend 0.23.0.post1 tensor_sum with the switch on" in failed["longrepr"]
+    assert "x.sum(-1) dispatches aten::sum.dim_IntList" in failed["longrepr"]
+    assert records["vllm_ascend-mm-enabled]"]["dispatch_events"] == {
+        "batch_invariant_ops::npu_mm_batch_invariant": 1}

@@ -63,6 +63,10 @@ class InvarianceTarget:
         """Why this target cannot run in this session (the skip reason), or None."""
         raise NotImplementedError
 
+    def release(self) -> str:
+        """What is under test, as ``name version`` (failure messages name the release)."""
+        return self.name
+
     def not_applicable(self, check: str) -> str | None:
         """Why ``check`` does not apply to this target (the skip reason), or None."""
         return None
@@ -80,6 +84,13 @@ class InvarianceTarget:
         return sorted(pats)
 
     # --- child side ---
+    def device(self) -> Any:
+        """The ``torch.device`` the case's tensors go to: the session's, unless the target
+        brings its own stand-in (vllm_ascend on a machine without an NPU)."""
+        import harness
+
+        return harness.device()
+
     def load(self) -> None:
         """Import what the switch needs without turning anything on. The dispatcher is
         compared from here to after ``set_switch``: import-time definitions (an op library's

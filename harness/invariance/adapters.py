@@ -93,11 +93,18 @@ class ReferenceTarget(OpSetTarget):
 
 
 class VllmAscendTarget(OpSetTarget):
-    """vllm-ascend's AscendC path on a real NPU (``vllm_ascend.batch_invariant``)."""
+    """vllm-ascend's AscendC path (``vllm_ascend.batch_invariant``): on a real NPU, or, on a
+    machine without one, the released sources on the CPU-backed stand-in device
+    (``harness.standin``: the NPU key, torch_npu's native ops, ``batch_invariant_ops``)."""
 
     name = "vllm_ascend"
-    devices = ("npu",)
+    devices = ("npu", "cpu")
     module_name = "vllm_ascend.batch_invariant"
+    distribution = "vllm-ascend"
+    #: what the adapter uses of the module; a missing one is upstream drift
+    UPSTREAM_SYMBOLS = ("init_batch_invariance", "enable_batch_invariant_mode",
+                        "override_envs_for_invariance", "_batch_invariant_LIB",
+                        "HAS_ASCENDC_BATCH_INVARIANT", "reduce_sum")
     OPS = {
         "mm": "batch_invariant_ops::npu_mm_batch_invariant",
         "matmul": "batch_invariant_ops::npu_matmul_batch_invariant",
@@ -109,19 +116,44 @@ class VllmAscendTarget(OpSetTarget):
     ATTENTION_OP = "npu_fused_infer_attention_score_batch_invariant"
 
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
-        for module in ("torch_npu", "vllm_ascend", "batch_invariant_ops"):
-            if not has_module(module):
-                return f"{module} is not installed"
-        if device_kind != "npu":
-            return f"needs an NPU: {npu_missing or f'the session device is {device_kind}'}"
+        if not has_module("vllm_ascend"):
+            return "vllm_ascend is not installed"
+        if device_kind == "npu":
+            for module in ("torch_npu", "batch_invariant_ops"):
+                if not has_module(module):
+                    return f"{module} is not installed"
+            return None
+        if device_kind != "cpu":
+            return f"runs on an NPU or on the CPU stand-in: the session device is {device_kind}"
+        if has_module("torch_npu"):
+            return (f"torch_npu is installed but the session has no NPU ({npu_missing}): the "
+                    "CPU stand-in would hide it")
         return None
+
+    def release(self) -> str:
+        return release(self.distribution)
+
+    def device(self) -> Any:
+        import harness
+
+        if harness.device_kind() == "npu":
+            return harness.device()
+        from harness import standin
+
+        standin.install()
+        return standin.torch_device()
+
+    def _module(self) -> types.ModuleType:
+        module = importlib.import_module(self.module_name)
+        require(module, self.distribution, self.UPSTREAM_SYMBOLS)
+        return module
 
     def set_switch(self, enabled: bool) -> None:
         """Run init with ``get_ascend_config`` patched: the real one needs a live vLLM config."""
         os.environ[SWITCH_ENV] = "1" if enabled else "0"
         module = self._module()
         config_module = importlib.import_module("vllm_ascend.ascend_config")
-        config = types.SimpleNamespace(weight_nz_mode=1)
+        config = types.SimpleNamespace(weight_nz_mode=1, enable_matmul_allreduce=True)
         with mock.patch.object(config_module, "get_ascend_config", return_value=config):
             if hasattr(module, "get_ascend_config"):  # imported by name into the module
                 with mock.patch.object(module, "get_ascend_config", return_value=config):
@@ -194,6 +226,9 @@ class VllmTarget(InvarianceTarget):
 
     def load(self) -> None:
         self._module()
+
+    def release(self) -> str:
+        return release("vllm")
 
     def set_switch(self, enabled: bool) -> None:
         os.environ[SWITCH_ENV] = "1" if enabled else "0"

@@ -20,6 +20,14 @@ from harness.dispatch import footprint, registrations
 from harness.invariance import SWITCH_ENV, InvarianceTarget, get_target
 
 EPS = 1e-6
+#: what each op check's call dispatches (for the failure message)
+CALLS = {
+    "mm": "torch.mm(a, b) dispatches aten::mm",
+    "matmul": "torch.matmul(a, b) dispatches aten::matmul",
+    "torch_sum": "torch.sum(x, dim=-1) dispatches aten::sum.dim_IntList unless torch.sum "
+                 "itself is replaced",
+    "tensor_sum": "x.sum(-1) dispatches aten::sum.dim_IntList (x.sum() is aten::sum)",
+}
 #: add_rms_norm output tolerance (the facts file's; the residual is compared exactly)
 RMS_TOLERANCE = 1e-2
 
@@ -75,10 +83,8 @@ def run_switch_case(target: str | InvarianceTarget, check: str, enabled: bool,
     """Child side of one case: set the switch, run the op once, report what happened."""
     import torch
 
-    import harness
-
     tgt = get_target(target) if isinstance(target, str) else target
-    dev = harness.device()
+    dev = tgt.device()
     args = {k: v.to(dev) for k, v in inputs.items()}
     tgt.load()
     before = registrations()
@@ -113,7 +119,17 @@ def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str,
 
     on = "on" if enabled else "off"
     want_env = "1" if enabled else "0"
-    problems = [p for e in target.expectations(check, enabled) if (p := e.check(events))]
+    problems = []
+    for expect in target.expectations(check, enabled):
+        problem = expect.check(events)
+        if problem and expect.ran and check in CALLS:
+            # an op that did not run: say which call it was and what the switch did register
+            changed = ", ".join(f"{op} ({', '.join(keys)})" for op, keys in
+                                got.get("dispatcher_footprint", {}).items()) or "nothing"
+            problem += (f": {CALLS[check]}, and {target.release()}'s switch changed only "
+                        f"{changed} on the dispatcher")
+        if problem:
+            problems.append(problem)
     if got["switch_env"] != want_env:
         problems.append(f"{SWITCH_ENV}={got['switch_env']!r} in the child, expected {want_env!r}")
     if not enabled and got["dispatcher_footprint"]:

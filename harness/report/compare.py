@@ -49,14 +49,20 @@ class Comparison:
     def by_status(self, status: str) -> list[Cell]:
         return [c for c in self.cells.values() if c.status == status]
 
+    @staticmethod
+    def _rows(cells: list[Cell]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in asdict(c).items() if k != "history"} for c in
+                sorted(cells, key=lambda c: (c.test, c.runner))]
+
+    def _category_rows(self, category: str) -> list[dict[str, Any]]:
+        return self._rows([c for c in self.cells.values()
+                           if self.results[(c.test, c.runner)].category == category])
+
     def event_changes(self) -> list[Cell]:
         return [c for c in self.cells.values() if c.events_changed]
 
     def summary(self) -> dict[str, Any]:
-        def rows(cells: list[Cell]) -> list[dict[str, Any]]:
-            return [{k: v for k, v in asdict(c).items() if k != "history"} for c in
-                    sorted(cells, key=lambda c: (c.test, c.runner))]
-
+        rows = self._rows
         counts = Counter(c.outcome for c in self.cells.values())
         return {
             "date": self.date, "runners": self.runners, "nights_compared": self.nights,
@@ -66,9 +72,8 @@ class Comparison:
             "still_failing": rows(self.by_status("still-failing")),
             "flaky": rows(self.by_status("flaky")),
             "newly_skipped": rows(self.by_status("newly-skipped")),
-            "upstream_drift": rows([c for c in self.cells.values() if
-                                    self.results[(c.test, c.runner)].category ==
-                                    "upstream-drift"]),
+            "upstream_drift": self._category_rows("upstream-drift"),
+            "release_findings": self._category_rows("release-finding"),
             "event_changes": rows(self.event_changes()),
             "skipped_by_reason": dict(self.skip_reasons.most_common()),
             "problems": self.problems,

@@ -128,6 +128,10 @@ class Card:
 
 def _diagnoses(family: str, res: TestResult, cell: Cell) -> list[Diagnosis]:
     found = []
+    if res.category == "release-finding":
+        found.append(Diagnosis("a finding about the released code under test",
+                               "the release's own code does this; the reference target "
+                               "passes the same check"))
     if res.category == "upstream-drift":
         found.append(Diagnosis("upstream drift: the stack changed under the adapter",
                                _message(res.longrepr)))
@@ -249,4 +253,5 @@ def news(comp: Comparison) -> list[tuple[str, str, int]]:
             ("event-changes", "event-count changes", len(summary["event_changes"])),
             ("newly-skipped", "newly skipped", len(summary["newly_skipped"])),
             ("upstream-drift", "upstream drift", len(summary["upstream_drift"])),
+            ("release-findings", "findings about releases", len(summary["release_findings"])),
             ("still-failing", "still failing", len(summary["still_failing"]))]

@@ -62,13 +62,15 @@ def summary_markdown(comp: Comparison) -> str:
     for key, title in (("new_failures", "New failures"), ("fixed", "Fixed"),
                        ("still_failing", "Still failing"), ("flaky", "Flaky"),
                        ("event_changes", "Dispatch-event counts changed"),
-                       ("newly_skipped", "Newly skipped"), ("upstream_drift", "Upstream drift")):
+                       ("newly_skipped", "Newly skipped"), ("upstream_drift", "Upstream drift"),
+                       ("release_findings", "Findings about releases")):
         lines.append(f"| {title} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
     lines.append(f"| Skipped | {skipped} |")
     for key, title in (("new_failures", "New failures"), ("still_failing", "Still failing"),
                        ("flaky", "Flaky"), ("fixed", "Fixed"), ("newly_skipped", "Newly skipped"),
-                       ("upstream_drift", "Upstream drift")):
+                       ("upstream_drift", "Upstream drift"),
+                       ("release_findings", "Findings about releases")):
         if s[key]:
             lines += ["", f"## {title}", "", "| test | runner | outcome | since |",
                       "|---|---|---|---|"]

@@ -1,0 +1,219 @@
+"""A CPU-backed stand-in for the NPU, so that the released vllm-ascend code runs on CPU.
+
+What cannot exist on a CPU is stood in for, nothing more: the device (PyTorch's PrivateUse1
+backend renamed ``npu``, the way PyTorch tests out-of-tree backends, so that "NPU" parses as
+a dispatch key and the release's ``Library.impl(..., "NPU")`` calls are real registrations),
+torch_npu's native ops (``npu_rms_norm``, ``npu_add_rms_norm``,
+``npu_fused_infer_attention_score`` as ``npu::`` operators) and the AscendC
+``batch_invariant_ops`` package (``npu_mm_batch_invariant``...). Tensors on the stand-in
+device are wrapper tensors holding a CPU tensor: an operator with a kernel registered for
+the NPU key runs that kernel (so a release's overrides and their profiler events are real),
+any other runs on the CPU payload. The stand-in ops compute what the CPU reference ops
+compute (``harness.invariance.reference``), bit for bit.
+
+Child side only, once per process (``install()``): it changes global torch state.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
+
+DEVICE = "npu"
+_KEY = torch._C.DispatchKey.PrivateUse1
+_STATE: dict[str, Any] = {}
+
+
+class NpuTensor(torch.Tensor):
+    """A tensor on the stand-in device: its values live in ``payload``, a CPU tensor."""
+
+    payload: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, payload: torch.Tensor) -> NpuTensor:
+        out = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
+            cls, payload.size(), strides=payload.stride(), dtype=payload.dtype,
+            device=torch_device(), requires_grad=payload.requires_grad)
+        out.payload = payload
+        return out
+
+    def __repr__(self) -> str:  # type: ignore[override]
+        return f"NpuTensor({self.payload!r})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "PrivateUse1"):
+            # a kernel registered for the NPU key: a release's override or a stand-in op
+            return func.redispatch(torch._C.DispatchKeySet(_KEY), *args, **kwargs)
+        if func is torch.ops.aten._to_copy.default and _is_cpu(kwargs.get("device")):
+            return func(*tree_map(_unwrap, args), **kwargs)
+        out = func(*tree_map(_unwrap, args), **tree_map(_to_cpu_device, kwargs))
+        return tree_map(_wrap, out)
+
+
+def _is_cpu(device: Any) -> bool:
+    return device is not None and torch.device(device).type == "cpu"
+
+
+def _unwrap(x: Any) -> Any:
+    return x.payload if isinstance(x, NpuTensor) else x
+
+
+def _wrap(x: Any) -> Any:
+    return NpuTensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, NpuTensor) else x
+
+
+def _to_cpu_device(x: Any) -> Any:
+    if isinstance(x, torch.device) and x.type == DEVICE:
+        return torch.device("cpu")
+    return x
+
+
+def _is_npu(device: Any) -> bool:
+    if isinstance(device, int | str | torch.device):
+        try:
+            return torch.device(device).type == DEVICE
+        except (RuntimeError, TypeError):
+            return False
+    return False
+
+
+class _OntoStandin(TorchFunctionMode):
+    """Tensors made for, or moved to, the stand-in device become ``NpuTensor``s."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.to and args and \
+                isinstance(args[0], torch.Tensor) and not isinstance(args[0], NpuTensor):
+            target = kwargs.pop("device", None)
+            rest = list(args[1:])
+            if target is None and rest and _is_npu(rest[0]):
+                target = rest.pop(0)
+            if _is_npu(target):
+                moved = args[0].to(*rest, **kwargs) if rest or kwargs else args[0]
+                return NpuTensor(moved.detach().clone() if moved is args[0] else moved)
+            return func(*args, **({"device": target} if target is not None else {}), **kwargs)
+        if _is_npu(kwargs.get("device")):
+            kwargs["device"] = "cpu"
+            return tree_map(_wrap, func(*args, **kwargs))
+        return func(*args, **kwargs)
+
+
+def _device_module() -> types.ModuleType:
+    mod = types.ModuleType("torch.npu")
+    mod.is_available = lambda: True  # type: ignore[attr-defined]
+    mod.device_count = lambda: 1  # type: ignore[attr-defined]
+    mod.current_device = lambda: 0  # type: ignore[attr-defined]
+    mod.set_device = lambda device: None  # type: ignore[attr-defined]
+    mod.synchronize = lambda device=None: None  # type: ignore[attr-defined]
+    mod.is_initialized = lambda: True  # type: ignore[attr-defined]
+    mod._is_in_bad_fork = lambda: False  # type: ignore[attr-defined]
+    return mod
+
+
+# --- the native ops, computed as the CPU reference computes them ---------------------------
+
+def _native(fn: Any) -> Any:
+    """A kernel on CPU payloads: unwrap the arguments, wrap the results."""
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        return tree_map(_wrap, fn(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs)))
+
+    return kernel
+
+
+def _define(lib: torch.library.Library, schema: str, fn: Any) -> None:
+    name = schema.split("(", 1)[0]
+    lib.define(schema)
+    lib.impl(name, _native(fn), "PrivateUse1")
+    lib.impl(name, fn, "CPU")
+
+
+def _install_ops() -> tuple[types.ModuleType, types.ModuleType]:
+    from harness.invariance import reference as ref
+
+    npu_lib = torch.library.Library("npu", "FRAGMENT")
+    bio_lib = torch.library.Library("batch_invariant_ops", "FRAGMENT")
+    _STATE["libs"] = (npu_lib, bio_lib)
+
+    def rms_norm(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        xf = x.float()
+        rstd = torch.rsqrt(ref._mean_impl(xf * xf, [-1], True) + epsilon)
+        return ref._rms_norm_impl(x, gamma, epsilon), rstd
+
+    def add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor,
+                     epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        added = x1 + x2
+        out, rstd = rms_norm(added, gamma, epsilon)
+        return out, rstd, added
+
+    def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        out = ref._attention(query, key, value)
+        return out, out.new_zeros(())
+
+    def attention_bi(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        out = ref.batch_invariant_attention(query, key, value)
+        return out, out.new_zeros(())
+
+    def reduce_sum(x: torch.Tensor, dim: int | None = None, keepdim: bool = False, *,
+                   dtype: torch.dtype | None = None) -> torch.Tensor:
+        dims = None if dim is None else [dim]
+        return ref._reduce_sum_impl(x, dims, keepdim, dtype)
+
+    _define(npu_lib, "npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) "
+                     "-> (Tensor, Tensor)", rms_norm)
+    _define(npu_lib, "npu_add_rms_norm(Tensor x1, Tensor x2, Tensor gamma, "
+                     "float epsilon=1e-06) -> (Tensor, Tensor, Tensor)", add_rms_norm)
+    _define(npu_lib, "npu_fused_infer_attention_score(Tensor query, Tensor key, Tensor value)"
+                     " -> (Tensor, Tensor)", attention)
+    _define(bio_lib, "npu_mm_batch_invariant(Tensor self, Tensor mat2) -> Tensor",
+            ref._mm_impl)
+    _define(bio_lib, "npu_matmul_batch_invariant(Tensor self, Tensor other) -> Tensor",
+            ref._matmul_impl)
+    _define(bio_lib, "npu_reduce_sum_batch_invariant(Tensor self, int? dim=None, "
+                     "bool keepdim=False, *, ScalarType? dtype=None) -> Tensor", reduce_sum)
+    _define(bio_lib, "npu_fused_infer_attention_score_batch_invariant(Tensor query, "
+                     "Tensor key, Tensor value) -> (Tensor, Tensor)", attention_bi)
+
+    torch_npu = types.ModuleType("torch_npu")
+    torch_npu.__doc__ = "harness.standin: torch_npu's native ops on a CPU-backed NPU"
+    torch_npu.npu = torch.npu  # type: ignore[attr-defined]
+    torch_npu.npu_rms_norm = torch.ops.npu.npu_rms_norm  # type: ignore[attr-defined]
+    torch_npu.npu_add_rms_norm = torch.ops.npu.npu_add_rms_norm  # type: ignore[attr-defined]
+    torch_npu.npu_fused_infer_attention_score = (  # type: ignore[attr-defined]
+        torch.ops.npu.npu_fused_infer_attention_score)
+    bio = types.ModuleType("batch_invariant_ops")
+    bio.__doc__ = "harness.standin: the AscendC batch-invariant ops on a CPU-backed NPU"
+    return torch_npu, bio
+
+
+def torch_device() -> torch.device:
+    return torch.device(DEVICE, 0)
+
+
+def install(*, with_ops_package: bool = True) -> None:
+    """Make ``npu`` a working (CPU-backed) device in this process, with torch_npu's native ops
+    and, unless ``with_ops_package`` is off, the ``batch_invariant_ops`` package."""
+    if _STATE.get("installed"):
+        return
+    torch.utils.rename_privateuse1_backend(DEVICE)
+    torch._register_device_module(DEVICE, _device_module())
+    torch_npu, bio = _install_ops()
+    sys.modules["torch_npu"] = torch_npu
+    sys.modules["torch_npu.npu"] = torch.npu  # type: ignore[attr-defined]
+    if with_ops_package:
+        sys.modules["batch_invariant_ops"] = bio
+    mode = _OntoStandin()
+    mode.__enter__()
+    _STATE.update(installed=True, mode=mode)

@@ -1,1 +1,0 @@
-"""Fake vllm_ascend (facts file, section 1)."""
