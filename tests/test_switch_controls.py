@@ -437,3 +437,24 @@ def test_the_release_finding_reaches_the_results_file(pytester: pytest.Pytester)
     assert "x.sum(-1) dispatches aten::sum.dim_IntList" in failed["longrepr"]
     assert records["vllm_ascend-mm-enabled]"]["dispatch_events"] == {
         "batch_invariant_ops::npu_mm_batch_invariant": 1}
+
+
+def test_a_vllm_whose_import_fails_fails_in_the_child(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by file, not by import: a broken install is a failure, never a skip."""
+    module_dir = tmp_path / "vllm" / "model_executor" / "determinism"
+    module_dir.mkdir(parents=True)
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    (tmp_path / "vllm" / "model_executor" / "__init__.py").write_text(
+        "raise ImportError(\"No module named 'urllib3' (broken install)\")\n")
+    (module_dir / "__init__.py").write_text("")
+    (module_dir / "batch_invariant.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert VllmTarget().unavailable("cpu", None) is None
+
+    def run() -> None:
+        sys.path.insert(0, str(tmp_path))
+        VllmTarget().set_switch(True)
+
+    with pytest.raises(ImportError, match="urllib3"):
+        run_isolated(run, method="forkserver")

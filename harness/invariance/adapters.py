@@ -21,7 +21,7 @@ from harness.invariance import (
     has_module,
     no_invariant_events,
 )
-from harness.upstream import UpstreamDrift, release, require
+from harness.upstream import UpstreamDrift, release, require, source_file
 
 #: the reference's "vendor" fused kernel (kept here: the parent must not import the
 #: reference module, which registers ops)
@@ -200,7 +200,8 @@ class VllmTarget(InvarianceTarget):
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
         if not has_module("vllm"):
             return "vllm is not installed"
-        if not any(has_module(m) for m in self.MODULES):
+        # by file, not by import: an install whose import fails must fail in the child
+        if not any(source_file(m) for m in self.MODULES):
             return f"vllm has neither {' nor '.join(self.MODULES)}"
         if device_kind not in self.devices:
             return f"runs on CUDA or CPU: the session device is {device_kind}"
@@ -217,7 +218,7 @@ class VllmTarget(InvarianceTarget):
 
     def _module(self) -> types.ModuleType:
         for name in self.MODULES:
-            if has_module(name):
+            if source_file(name):
                 module = importlib.import_module(name)
                 require(module, "vllm", self.UPSTREAM_SYMBOLS)
                 return module
