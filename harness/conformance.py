@@ -169,12 +169,6 @@ def complete_spoof(spoof: NpuSpoof, *, soc_from_name: bool = True) -> NpuSpoof:
                                install_info=info)
 
 
-def differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
-    """Every key both answered where the answers differ, as sentences."""
-    return [f"{key}: ours {ours[key]!r}, theirs {theirs[key]!r}"
-            for key in sorted(theirs) if key in ours and ours[key] != theirs[key]]
-
-
 def our_answer(soc_version: int | None, soc_name: str | None, driver: str | None,
                cann: str | None) -> dict[str, Any]:
     """The same questions answered by ``harness.hardware``."""

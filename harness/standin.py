@@ -202,9 +202,9 @@ def torch_device() -> torch.device:
     return torch.device(DEVICE, 0)
 
 
-def install(*, with_ops_package: bool = True) -> None:
+def install() -> None:
     """Make ``npu`` a working (CPU-backed) device in this process, with torch_npu's native ops
-    and, unless ``with_ops_package`` is off, the ``batch_invariant_ops`` package."""
+    and the ``batch_invariant_ops`` package."""
     if _STATE.get("installed"):
         return
     torch.utils.rename_privateuse1_backend(DEVICE)
@@ -212,8 +212,7 @@ def install(*, with_ops_package: bool = True) -> None:
     torch_npu, bio = _install_ops()
     sys.modules["torch_npu"] = torch_npu
     sys.modules["torch_npu.npu"] = torch.npu  # type: ignore[attr-defined]
-    if with_ops_package:
-        sys.modules["batch_invariant_ops"] = bio
+    sys.modules["batch_invariant_ops"] = bio
     mode = _OntoStandin()
     mode.__enter__()
     _STATE.update(installed=True, mode=mode)
