@@ -161,3 +161,16 @@ def test_complete_spoof_answers_every_source() -> None:
                           soc_from_name=False).soc_version is None
     board_one = {"info -t board -i 1": "x"}
     assert complete_spoof(NpuSpoof(npu_smi_output=board_one)).npu_smi_output == board_one
+
+
+def test_the_results_header_names_the_upstream_set(pytester: pytest.Pytester) -> None:
+    """vllm-ascend's sources carry no dist-info: the header reads their _version.py."""
+    import json
+
+    _needs("verl", "vllm_ascend")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    out = pytester.path / "r.jsonl"
+    pytester.runpytest("--harness-results", str(out)).assert_outcomes(passed=1)
+    header = json.loads(out.read_text().splitlines()[0])
+    assert {k: header["packages"][k] for k in ("vllm", "vllm_ascend", "verl", "torch_npu")} == {
+        "vllm": "0.33.0", "vllm_ascend": "0.23.0.post1", "verl": "0.9.1", "torch_npu": None}
