@@ -112,6 +112,11 @@ def run_switch_case(target: str | InvarianceTarget, check: str, enabled: bool,
     return got
 
 
+def _described(changed: dict[str, list[str]]) -> str:
+    """A dispatcher footprint as text: ``aten::mm (CPU), aten::sum (PrivateUse1)``."""
+    return ", ".join(f"{op} ({', '.join(keys)})" for op, keys in changed.items())
+
+
 def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str, Any],
           got: dict[str, Any], events: dict[str, int]) -> list[str]:
     """Parent side: every way the case went wrong, as sentences (empty: it passed)."""
@@ -124,18 +129,16 @@ def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str,
         problem = expect.check(events)
         if problem and expect.ran and check in CALLS:
             # an op that did not run: say which call it was and what the switch did register
-            changed = ", ".join(f"{op} ({', '.join(keys)})" for op, keys in
-                                got.get("dispatcher_footprint", {}).items()) or "nothing"
             problem += (f": {CALLS[check]}, and {target.release()}'s switch changed only "
-                        f"{changed} on the dispatcher")
+                        f"{_described(got['dispatcher_footprint']) or 'nothing'} on the "
+                        "dispatcher")
         if problem:
             problems.append(problem)
     if got["switch_env"] != want_env:
         problems.append(f"{SWITCH_ENV}={got['switch_env']!r} in the child, expected {want_env!r}")
     if not enabled and got["dispatcher_footprint"]:
-        changed = ", ".join(f"{op} ({', '.join(keys)})"
-                            for op, keys in got["dispatcher_footprint"].items())
-        problems.append(f"with the switch off, {target.name} changed the dispatcher: {changed}")
+        problems.append(f"with the switch off, {target.name} changed the dispatcher: "
+                        f"{_described(got['dispatcher_footprint'])}")
     if got["enabled_by_identity"] is not enabled:
         problems.append(f"{target.name} is {'off' if enabled else 'on'} by identity although "
                         f"{SWITCH_ENV}={want_env}")
