@@ -24,9 +24,8 @@ from typing import IO, Any
 
 import pytest
 
-from harness.devices import package_version
 from harness.result import tail_text
-from harness.upstream import release
+from harness.upstream import version
 
 SCHEMA = 1
 RUNNER_ENV = "HARNESS_RUNNER"
@@ -86,7 +85,7 @@ class ResultsWriter:
         self.write({
             "type": "header", "schema": SCHEMA, "runner": runner, "host": socket.gethostname(),
             "platform": platform.platform(), "python": platform.python_version(),
-            "packages": {name: _version_of(name) for name in PACKAGES},
+            "packages": {name: version(name) for name in PACKAGES},
             "git_commit": git_commit(Path(str(config.rootpath))), "start": _now(),
             "device": session.device.to_dict(),
             "hardware": session.npu.to_dict() if session.npu else None,
@@ -134,16 +133,6 @@ class ResultsWriter:
                     "counts": dict(self.counts),
                     "duration": round(time.monotonic() - self._started, 3)})
         self._fh.close()
-
-
-def _version_of(name: str) -> str | None:
-    """An installed distribution's version, or that of sources which carry a ``_version.py``
-    (vllm-ascend's, from the upstream set)."""
-    found = package_version(name)
-    if found is None:
-        text = release(name)
-        found = None if text.endswith("(version unknown)") else text.rsplit(" ", 1)[-1]
-    return found
 
 
 def _json_or_none(value: Any) -> Any:

@@ -37,19 +37,25 @@ def source_file(module: str) -> Path | None:
     return None
 
 
-def release(distribution: str) -> str:
-    """``name version`` of an installed distribution (or of sources that carry a
-    ``_version.py``, as vllm-ascend's do), else ``name (version unknown)``."""
+def version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, or of sources that carry a ``_version.py``
+    (vllm-ascend's, from the upstream set); None if neither is there."""
     try:
-        return f"{distribution} {importlib.metadata.version(distribution)}"
+        return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         pass
     version_file = source_file(f"{distribution.replace('-', '_')}._version")
     if version_file is not None:
         found = re.search(r"__version__\s*=.*?['\"]([^'\"]+)['\"]", version_file.read_text())
         if found:
-            return f"{distribution} {found.group(1)}"
-    return f"{distribution} (version unknown)"
+            return found.group(1)
+    return None
+
+
+def release(distribution: str) -> str:
+    """``name version`` of what is installed, else ``name (version unknown)``."""
+    found = version(distribution)
+    return f"{distribution} {found}" if found else f"{distribution} (version unknown)"
 
 
 def import_upstream(module: str, *, skip_inits: tuple[str, ...] = ()) -> types.ModuleType:

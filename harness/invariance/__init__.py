@@ -57,6 +57,8 @@ class InvarianceTarget:
     name: str = "?"
     #: device kinds the target runs on
     devices: tuple[str, ...] = ()
+    #: the upstream distribution under test ("" for our own reference ops)
+    distribution: str = ""
 
     # --- parent side ---
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
@@ -65,7 +67,9 @@ class InvarianceTarget:
 
     def release(self) -> str:
         """What is under test, as ``name version`` (failure messages name the release)."""
-        return self.name
+        from harness.upstream import release
+
+        return release(self.distribution) if self.distribution else self.name
 
     def not_applicable(self, check: str) -> str | None:
         """Why ``check`` does not apply to this target (the skip reason), or None."""

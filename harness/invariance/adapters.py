@@ -21,7 +21,7 @@ from harness.invariance import (
     has_module,
     no_invariant_events,
 )
-from harness.upstream import UpstreamDrift, release, require, source_file
+from harness.upstream import UpstreamDrift, require, source_file
 
 #: the reference's "vendor" fused kernel (kept here: the parent must not import the
 #: reference module, which registers ops)
@@ -130,9 +130,6 @@ class VllmAscendTarget(OpSetTarget):
                     "CPU stand-in would hide it")
         return None
 
-    def release(self) -> str:
-        return release(self.distribution)
-
     def device(self) -> Any:
         import harness
 
@@ -192,6 +189,7 @@ class VllmTarget(InvarianceTarget):
 
     name = "vllm"
     devices = ("cuda", "cpu")
+    distribution = "vllm"
     MODULES = ("vllm.model_executor.layers.batch_invariant",
                "vllm.model_executor.determinism.batch_invariant")
     #: what the adapter uses of the module; a missing one is upstream drift
@@ -220,16 +218,14 @@ class VllmTarget(InvarianceTarget):
         for name in self.MODULES:
             if source_file(name):
                 module = importlib.import_module(name)
-                require(module, "vllm", self.UPSTREAM_SYMBOLS)
+                require(module, self.distribution, self.UPSTREAM_SYMBOLS)
                 return module
-        raise UpstreamDrift(f"upstream drift: {release('vllm')} has neither "
+        raise UpstreamDrift(f"upstream drift: {self.release()} has neither "
                             f"{' nor '.join(self.MODULES)}")
 
     def load(self) -> None:
         self._module()
 
-    def release(self) -> str:
-        return release("vllm")
 
     def set_switch(self, enabled: bool) -> None:
         os.environ[SWITCH_ENV] = "1" if enabled else "0"

@@ -53,26 +53,28 @@ def _md(text: Any) -> str:
     return s[:300]
 
 
+#: the summary's sections, as summary.md names them
+TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "Still failing",
+          "flaky": "Flaky", "event_changes": "Dispatch-event counts changed",
+          "newly_skipped": "Newly skipped", "upstream_drift": "Upstream drift",
+          "release_findings": "Findings about releases"}
+
+
 def summary_markdown(comp: Comparison) -> str:
     s = comp.summary()
     lines = [f"# npu-regress nightly {_md(comp.date)}", "",
              f"Runners: {', '.join(_md(r) for r in comp.runners) or 'none'}; "
              f"{s['tests']} tests; compared with {len(comp.nights)} earlier night(s).", "",
              "| | count |", "|---|---|"]
-    for key, title in (("new_failures", "New failures"), ("fixed", "Fixed"),
-                       ("still_failing", "Still failing"), ("flaky", "Flaky"),
-                       ("event_changes", "Dispatch-event counts changed"),
-                       ("newly_skipped", "Newly skipped"), ("upstream_drift", "Upstream drift"),
-                       ("release_findings", "Findings about releases")):
-        lines.append(f"| {title} | {len(s[key])} |")
+    for key in ("new_failures", "fixed", "still_failing", "flaky", "event_changes",
+                "newly_skipped", "upstream_drift", "release_findings"):
+        lines.append(f"| {TITLES[key]} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
     lines.append(f"| Skipped | {skipped} |")
-    for key, title in (("new_failures", "New failures"), ("still_failing", "Still failing"),
-                       ("flaky", "Flaky"), ("fixed", "Fixed"), ("newly_skipped", "Newly skipped"),
-                       ("upstream_drift", "Upstream drift"),
-                       ("release_findings", "Findings about releases")):
+    for key in ("new_failures", "still_failing", "flaky", "fixed", "newly_skipped",
+                "upstream_drift", "release_findings"):
         if s[key]:
-            lines += ["", f"## {title}", "", "| test | runner | outcome | since |",
+            lines += ["", f"## {TITLES[key]}", "", "| test | runner | outcome | since |",
                       "|---|---|---|---|"]
             lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['outcome'])} | "
                       f"{_md(r['since'] or '')} |" for r in s[key]]
