@@ -158,8 +158,9 @@ def serve(sock_path: str, preload: list[str]) -> None:
 
 
 def _readline(conn: socket.socket) -> bytes:
+    """Bytes up to and including at least one newline (possibly more after it)."""
     buf = b""
-    while not buf.endswith(b"\n"):
+    while b"\n" not in buf:
         chunk = conn.recv(65536)
         if not chunk:
             raise OSError("connection closed mid-message")
@@ -170,11 +171,12 @@ def _readline(conn: socket.socket) -> bytes:
 # --- parent side ------------------------------------------------------------------------
 
 class _ForkedHandle:
-    def __init__(self, conn: socket.socket, pid: int) -> None:
+    def __init__(self, conn: socket.socket, pid: int, rest: bytes = b"") -> None:
         self.conn = conn
         self.pid = pid
         self._rc: int | None = None
-        self._buf = b""
+        # a child that ends at once: its status can arrive in the same read as its pid
+        self._buf = rest
 
     def wait(self, timeout: float | None) -> int | None:
         if self._rc is not None:
@@ -255,8 +257,8 @@ class ForkServerLauncher:
         conn.connect(self.sock_path)
         req = {"workdir": str(workdir), "env": env, "cwd": cwd}
         conn.sendall(json.dumps(req).encode() + b"\n")
-        reply = json.loads(_readline(conn))
-        return _ForkedHandle(conn, int(reply["pid"]))
+        line, rest = _readline(conn).split(b"\n", 1)
+        return _ForkedHandle(conn, int(json.loads(line)["pid"]), rest)
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -16,6 +16,7 @@ Child side only, once per process (``install()``): it changes global torch state
 
 from __future__ import annotations
 
+import importlib.machinery
 import sys
 import types
 from typing import Any
@@ -210,6 +211,10 @@ def install() -> None:
     torch.utils.rename_privateuse1_backend(DEVICE)
     torch._register_device_module(DEVICE, _device_module())
     torch_npu, bio = _install_ops()
+    # a spec, as imported modules have: importlib.util.find_spec (transformers asks it
+    # whether torch_npu exists) raises on a module in sys.modules without one
+    for module in (torch_npu, bio):
+        module.__spec__ = importlib.machinery.ModuleSpec(module.__name__, None)
     sys.modules["torch_npu"] = torch_npu
     sys.modules["torch_npu.npu"] = torch.npu  # type: ignore[attr-defined]
     sys.modules["batch_invariant_ops"] = bio

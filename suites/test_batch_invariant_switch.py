@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.invariance import CHECKS, InvarianceTarget, switch_env
+from harness.invariance import CHECKS, InvarianceTarget
 from harness.invariance.switch import case_inputs, judge, run_switch_case
 
 
@@ -20,7 +20,8 @@ def test_switch(invariance_target: InvarianceTarget, check: str, enabled: bool,
         pytest.skip(f"{invariance_target.name}/{check}: {reason}")
     inputs = case_inputs(check)
     res = run_on_npu(run_switch_case, invariance_target.name, check, enabled, inputs,
-                     env=switch_env(enabled), events=invariance_target.event_patterns())
+                     env=invariance_target.switch_env(enabled),
+                     events=invariance_target.event_patterns())
     record_property("switch_evidence", {k: v for k, v in res.value.items()
                                         if k not in ("out", "residual_out",
                                                      "dispatcher_footprint")})

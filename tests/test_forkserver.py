@@ -113,3 +113,17 @@ def test_spawn_session_never_starts_a_server(pytester: pytest.Pytester) -> None:
     )
     pytester.runpytest("--isolation", "spawn").assert_outcomes(passed=1)
     assert SpawnLauncher.name == "spawn"
+
+
+def test_a_status_read_with_the_pid_is_not_lost() -> None:
+    """A child that ends at once: the server's pid and status lines can arrive in one read."""
+    import socket
+
+    from harness.forkserver import _ForkedHandle
+
+    ours, theirs = socket.socketpair()
+    try:
+        handle = _ForkedHandle(ours, 1234, b'{"status": 3}\n')
+        assert handle.wait(0) == 3
+    finally:
+        theirs.close()

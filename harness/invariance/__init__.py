@@ -5,7 +5,8 @@ leaves it off inside an isolated child, tells whether it is on *by identity* (th
 library exists, ``torch.sum`` is the replacement), and names the dispatch events each check
 expects. The switch checks themselves live in ``harness.invariance.switch``.
 
-Built in: ``reference`` (ours, CPU and any device), ``vllm_ascend`` (NPU), ``vllm`` (CUDA).
+Built in: ``reference`` (ours, CPU and any device), ``vllm_ascend`` (NPU or the CPU stand-in),
+``verl`` (verl's rollout switch over vllm_ascend), ``vllm`` (CUDA and CPU).
 Third parties add targets through the entry-point group ``npu_regress.invariance_targets``
 (each entry point loads an ``InvarianceTarget`` instance or class).
 """
@@ -100,9 +101,22 @@ class InvarianceTarget:
         compared from here to after ``set_switch``: import-time definitions (an op library's
         own namespace) are not the switch's footprint."""
 
+    def switch_env(self, enabled: bool) -> dict[str, str]:
+        """The environment the case's child starts with: the switch variable, unless the
+        target's own code must be what sets it (verl)."""
+        return switch_env(enabled)
+
     def set_switch(self, enabled: bool) -> None:
         """Set the switch the way users do, then run the stack's init (which must honour it)."""
         raise NotImplementedError
+
+    def evidence(self) -> dict[str, Any]:
+        """Target-specific facts the child reports after ``set_switch`` (picklable)."""
+        return {}
+
+    def judge_evidence(self, got: dict[str, Any], enabled: bool) -> list[str]:
+        """Parent side: what is wrong with ``evidence()`` (sentences; empty: nothing)."""
+        return []
 
     def is_enabled(self) -> bool:
         raise NotImplementedError
@@ -121,9 +135,15 @@ class InvarianceTarget:
 
 
 def _builtin() -> dict[str, Callable[[], InvarianceTarget]]:
-    from harness.invariance.adapters import ReferenceTarget, VllmAscendTarget, VllmTarget
+    from harness.invariance.adapters import (
+        ReferenceTarget,
+        VerlTarget,
+        VllmAscendTarget,
+        VllmTarget,
+    )
 
-    return {"reference": ReferenceTarget, "vllm_ascend": VllmAscendTarget, "vllm": VllmTarget}
+    return {"reference": ReferenceTarget, "vllm_ascend": VllmAscendTarget, "vllm": VllmTarget,
+            "verl": VerlTarget}
 
 
 def registry() -> dict[str, Callable[[], InvarianceTarget]]:

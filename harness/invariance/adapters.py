@@ -1,8 +1,8 @@
-"""The built-in batch-invariance targets: reference (ours), vllm_ascend (NPU), vllm (CUDA).
+"""The built-in batch-invariance targets: reference (ours), vllm_ascend (NPU, or the CPU
+stand-in), verl (verl's rollout switch over vllm_ascend), vllm (CUDA and CPU).
 
-The vllm_ascend and vllm adapters follow the facts file (section 1); they are exercised in
-CI against fake modules built from it (``tests/fakes``) and skip, naming the missing piece,
-where the real stack is absent.
+The upstream adapters run the released code (CI: the upstream set of ``ci/upstream.txt``)
+and skip, naming the missing piece, where it is not installed.
 """
 
 from __future__ import annotations
@@ -146,8 +146,11 @@ class VllmAscendTarget(OpSetTarget):
         return module
 
     def set_switch(self, enabled: bool) -> None:
-        """Run init with ``get_ascend_config`` patched: the real one needs a live vLLM config."""
         os.environ[SWITCH_ENV] = "1" if enabled else "0"
+        self._init()
+
+    def _init(self) -> None:
+        """Run init with ``get_ascend_config`` patched: the real one needs a live vLLM config."""
         module = self._module()
         config_module = importlib.import_module("vllm_ascend.ascend_config")
         config = types.SimpleNamespace(weight_nz_mode=1, enable_matmul_allreduce=True)
@@ -179,6 +182,55 @@ class VllmAscendTarget(OpSetTarget):
 
         packet = getattr(torch.ops.batch_invariant_ops, self.ATTENTION_OP)
         return torch_npu.npu_fused_infer_attention_score, (packet, packet.default)
+
+
+class VerlTarget(VllmAscendTarget):
+    """verl's switch over vllm-ascend, turned the way verl's users turn it: the rollout option
+    ``actor_rollout_ref.rollout.full_determinism`` in verl's own PPO config, which verl's
+    ``run_ppo`` turns into VLLM_BATCH_INVARIANT for itself and, through the Ray runtime env,
+    for every Ray actor (where verl's vLLM engines run). The harness never sets the variable:
+    the child runs ``run_ppo`` on a local Ray with a probe actor in place of verl's task
+    runner, then vllm-ascend's init, then the vllm_ascend checks
+    (``harness.invariance.verl_switch``)."""
+
+    name = "verl"
+    distribution = "verl"
+
+    def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
+        if not has_module("verl"):
+            return "verl is not installed"
+        return super().unavailable(device_kind, npu_missing)
+
+    def release(self) -> str:
+        from harness.upstream import release
+
+        return f"{release('verl')} over {release('vllm-ascend')}"
+
+    def switch_env(self, enabled: bool) -> dict[str, str]:
+        return {}
+
+    def device(self) -> Any:
+        from harness.invariance import verl_switch
+
+        verl_switch.load()
+        return super().device()
+
+    def set_switch(self, enabled: bool) -> None:
+        from harness.invariance.verl_switch import turn_switch
+
+        self.worker_env = turn_switch(enabled)
+        self._init()
+
+    def evidence(self) -> dict[str, Any]:
+        return {"ray_worker_env": self.worker_env}
+
+    def judge_evidence(self, got: dict[str, Any], enabled: bool) -> list[str]:
+        want = "1" if enabled else "0"
+        seen = got["ray_worker_env"].get(SWITCH_ENV)
+        if seen != want:
+            return [f"a Ray actor started by verl's run_ppo saw {SWITCH_ENV}={seen!r} with "
+                    f"full_determinism={enabled}, expected {want!r}"]
+        return []
 
 
 class VllmTarget(InvarianceTarget):

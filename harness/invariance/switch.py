@@ -91,7 +91,8 @@ def run_switch_case(target: str | InvarianceTarget, check: str, enabled: bool,
     tgt.set_switch(enabled)
     got: dict[str, Any] = {"switch_env": os.environ.get(SWITCH_ENV),
                            "enabled_by_identity": tgt.is_enabled(),
-                           "dispatcher_footprint": footprint(before, registrations())}
+                           "dispatcher_footprint": footprint(before, registrations()),
+                           **tgt.evidence()}
     if check == "mm":
         got["out"] = _host(torch.mm(args["a"], args["b"]))
     elif check == "matmul":
@@ -134,7 +135,9 @@ def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str,
                         "dispatcher")
         if problem:
             problems.append(problem)
-    if got["switch_env"] != want_env:
+    problems.extend(target.judge_evidence(got, enabled))
+    # unset is off (vLLM's default): verl leaves it unset in its driver when off
+    if got["switch_env"] != want_env and (enabled or got["switch_env"] is not None):
         problems.append(f"{SWITCH_ENV}={got['switch_env']!r} in the child, expected {want_env!r}")
     if not enabled and got["dispatcher_footprint"]:
         problems.append(f"with the switch off, {target.name} changed the dispatcher: "

@@ -1,0 +1,60 @@
+"""The suites themselves, run as a CPU runner runs them (``pytest suites/``), against the
+upstream set of ``ci/upstream.txt``: every case that can run here passes, except the known
+findings about the releases, and enough cases can fail for the run to mean something.
+
+One inner run of every suite (switch over the four targets, logprobs, hardware and
+conformance): a few minutes on a 2-core runner, most of them in the verl target's Ray
+starts and the conformance children's vLLM imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.invariance.adapters import VerlTarget, VllmAscendTarget, VllmTarget
+
+ROOT = Path(__file__).resolve().parent.parent
+#: the failures a CPU runner must show, each a finding about a pinned release (README)
+KNOWN_FINDINGS = {
+    "suites/test_batch_invariant_switch.py::test_switch[vllm_ascend-tensor_sum-enabled]":
+        "vllm-ascend 0.23.0.post1",
+    "suites/test_batch_invariant_switch.py::test_switch[verl-tensor_sum-enabled]":
+        "verl 0.9.1 over vllm-ascend 0.23.0.post1",
+}
+#: cases a CPU runner must be able to fail (not skipped): three times the 107 of the
+#: fake-only harness (issue 12)
+MIN_CASES_THAT_CAN_FAIL = 321
+
+
+def test_the_suites_on_this_cpu_runner(tmp_path: Path) -> None:
+    for target in (VllmAscendTarget(), VerlTarget(), VllmTarget()):
+        reason = target.unavailable("cpu", None)
+        if reason:
+            pytest.skip(f"the upstream set is not installed ({reason}): bash ci/setup.sh "
+                        "--upstream")
+    results = tmp_path / "results.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites/", "-n", "2", "-p", "no:cacheprovider", "-q",
+         "--device", "cpu", f"--harness-results={results}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500, check=False)
+    tail = proc.stdout[-4000:] + proc.stderr[-2000:]
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    tests = [r for r in records if r["type"] == "test"]
+    outcomes = Counter(r["outcome"] for r in tests)
+    failed = {r["id"]: r for r in tests if r["outcome"] in ("failed", "error")}
+    assert set(failed) == set(KNOWN_FINDINGS), tail
+    for test_id, release in KNOWN_FINDINGS.items():
+        assert failed[test_id]["category"] == "release-finding"
+        assert failed[test_id]["release_finding"] == release
+    assert proc.returncode == 1, tail  # the findings, and nothing else
+    can_fail = sum(n for outcome, n in outcomes.items() if outcome != "skipped")
+    assert can_fail >= MIN_CASES_THAT_CAN_FAIL, (outcomes, tail)
+    # what a reader of the run sees: every skip says why
+    assert all(r.get("reason") for r in tests if r["outcome"] == "skipped")
