@@ -110,6 +110,7 @@ class ResultsWriter:
             "dispatch_events": _json_or_none(props.get("dispatch_events")),
             "logprob_report": props.get("logprob_report"),
             "dispatcher_footprint": props.get("dispatcher_footprint"),
+            "patch_guard": props.get("patch_guard"),
             # a missing or renamed upstream symbol: its own category, not a plain failure
             "category": "upstream-drift" if props.get("upstream_drift") else
             "release-finding" if props.get("release_finding") else None,

@@ -2,9 +2,9 @@
 upstream set of ``ci/upstream.txt``: every case that can run here passes, except the known
 findings about the releases, and enough cases can fail for the run to mean something.
 
-One inner run of every suite (switch over the four targets, logprobs, hardware and
-conformance): a few minutes on a 2-core runner, most of them in the verl target's Ray
-starts and the conformance children's vLLM imports."""
+One inner run of every suite (switch over the four targets, logprobs, hardware,
+conformance, patch guard): a few minutes on a 2-core runner, most of them in the verl
+target's Ray starts and the conformance children's vLLM imports."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ KNOWN_FINDINGS = {
         "vllm-ascend 0.23.0.post1",
     "suites/test_batch_invariant_switch.py::test_switch[verl-tensor_sum-enabled]":
         "verl 0.9.1 over vllm-ascend 0.23.0.post1",
+    "suites/test_patch_guard.py::test_applies[verl-glm52-vllm-partial-wake-up]":
+        "verl 0.9.1, vllm 0.33.0",
 }
 #: cases a CPU runner must be able to fail (not skipped): three times the 107 of the
 #: fake-only harness (issue 12)

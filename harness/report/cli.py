@@ -1,4 +1,5 @@
-"""``python -m harness report ...`` (also the ``npu-regress`` console script)."""
+"""``python -m harness report ...`` and ``python -m harness patches ...`` (also the
+``npu-regress`` console script)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,18 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"nights to keep (default {hist.DEFAULT_KEEP})")
     add_p.add_argument("--date", help="file under this date (YYYY-MM-DD) instead of the "
                                       "results' start date")
+    from harness.patches import cli as patches_cli
+
+    patches_cli.add_parser(top)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "patches":
+        from harness.patches import cli as patches_cli
+
+        return patches_cli.run(args)
     missing = [str(p) for p in args.results if not p.is_file()]
     if missing:
         print(f"npu-regress: no such results file: {', '.join(missing)}", file=sys.stderr)
