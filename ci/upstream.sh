@@ -4,16 +4,19 @@
 # vllm-ascend, whose native build needs CANN, contributes its released Python sources: its
 # sdist's vllm_ascend/ package is unpacked under .upstream/ and put on sys.path by a .pth
 # file, as an installed package would be (no entry points: vLLM does not load it as its
-# platform). Idempotent.
+# platform); torch-npu, which cannot import without CANN, contributes its wheel's Python
+# files and headers under .upstream/ (read, never imported). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${1:-python3}
 mapfile -t wanted < <(grep -vE '^[[:space:]]*(#|$)' ci/upstream.txt | sed 's/[[:space:]]*#.*//')
 wheels=()
 ascend=""
+torch_npu=""
 for req in "${wanted[@]}"; do
   case "$req" in
     vllm-ascend==*) ascend=${req#vllm-ascend==} ;;
+    torch-npu==*) torch_npu=${req#torch-npu==} ;;
     *) wheels+=("$req") ;;
   esac
 done
@@ -56,6 +59,25 @@ if [ -n "$ascend" ]; then
   fi
   site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$dest" > "$site/npu_regress_upstream.pth"
+fi
+# torch-npu: its files, not an install (importing it needs torch 2.14.0 and CANN). An image
+# with a real torch_npu is read from there instead (harness.upstream.torch_npu_file).
+if [ -n "$torch_npu" ]; then
+  dest="$PWD/.upstream/torch-npu-$torch_npu"
+  if [ ! -f "$dest/torch_npu/include/torch_npu/csrc/core/npu/NpuVariables.h" ]; then
+    dl=$(mktemp -d)
+    "$PY" -m pip download -q --no-deps --only-binary :all: -d "$dl" "torch-npu==$torch_npu"
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    "$PY" - "$dl" "$dest" <<'PYEOF'
+import pathlib, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("torch_npu-*.whl"))
+with zipfile.ZipFile(wheel) as zf:
+    zf.extractall(sys.argv[2], [n for n in zf.namelist()
+                                if n.endswith((".py", ".h")) and n.startswith("torch_npu/")])
+PYEOF
+    rm -rf "$dl"
+  fi
 fi
 "$PY" - <<'PYEOF'
 import importlib.util

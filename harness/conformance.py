@@ -16,6 +16,7 @@ AttributeError.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,14 @@ from typing import Any
 
 from harness.devices import has_module
 from harness.hardware import AscendHardwareVersion, NpuSpoof
-from harness.upstream import UpstreamDrift, import_upstream, release, require, source_file
+from harness.upstream import (
+    UpstreamDrift,
+    import_upstream,
+    release,
+    require,
+    source_file,
+    torch_npu_file,
+)
 
 
 @dataclass(frozen=True)
@@ -180,3 +188,54 @@ def our_answer(soc_version: int | None, soc_name: str | None, driver: str | None
         hardware = AscendHardwareVersion.from_soc_name(soc_name or "")
     versions = NpuVersions(AscendHardwareVersion.A2, driver_version=driver, cann_version=cann)
     return {"hardware": hardware.name, "ipc_by_versions": ipc_support(versions).supported}
+
+
+#: torch_npu's SoC enum, in its package (installed, or the upstream set's unpacked wheel)
+SOC_HEADER = "include/torch_npu/csrc/core/npu/NpuVariables.h"
+_ENUM = re.compile(r"enum\s+class\s+SocVersion\s*\{(.*?)\}", re.DOTALL)
+
+
+def parse_soc_enum(text: str) -> dict[int, str]:
+    """``SocVersion``'s members by number (C++ enum rules: a member without a value is the
+    previous one plus one; ``UnsupportedSocVersion = -1`` left out)."""
+    body = _ENUM.search(text)
+    if body is None:
+        raise ValueError("no 'enum class SocVersion' in the header")
+    table: dict[int, str] = {}
+    value = -1
+    for entry in re.sub(r"//[^\n]*", "", body.group(1)).split(","):
+        name, _, number = entry.partition("=")
+        if not name.strip():
+            continue
+        value = int(number.strip(), 0) if number.strip() else value + 1
+        table[value] = name.strip()
+    table.pop(-1, None)
+    return table
+
+
+def torch_npu_soc_table() -> tuple[dict[int, str], str] | None:
+    """torch_npu's SoC table and where it was read (``torch-npu 2.14.0 (path)``), or None
+    where no torch_npu sources are at hand."""
+    found = torch_npu_file(SOC_HEADER)
+    if found is None:
+        return None
+    path, release_name = found
+    return parse_soc_enum(path.read_text()), f"{release_name} ({path})"
+
+
+def soc_table_differences(table: dict[int, str]) -> list[str]:
+    """How torch_npu's table differs from what the spoofs and the hardware table know
+    (``SOC_NAMES``, whose 260 is a board's full name, and ``hardware.SOC_RANGES``)."""
+    from harness.hardware import AscendHardwareVersion
+
+    ours = {**SOC_NAMES, 260: "Ascend950"}
+    problems = [f"SoC {n} ({table[n]}) is new: the spoofs and the hardware table lack it"
+                for n in sorted(set(table) - set(ours))]
+    problems += [f"SoC {n} ({ours[n]}) is gone from torch_npu's table"
+                 for n in sorted(set(ours) - set(table))]
+    problems += [f"SoC {n} is {table[n]} in torch_npu, {ours[n]} in the spoofs"
+                 for n in sorted(set(ours) & set(table)) if ours[n] != table[n]]
+    problems += [f"SoC {n} ({table[n]}) has no family in harness.hardware.SOC_RANGES"
+                 for n in sorted(table) if n in ours
+                 and AscendHardwareVersion.from_soc_version(n) is AscendHardwareVersion.UNKNOWN]
+    return problems

@@ -81,3 +81,26 @@ def require(module: types.ModuleType, distribution: str, symbols: Iterable[str])
     if missing:
         raise UpstreamDrift(f"upstream drift: {release(distribution)} has no "
                             f"{', '.join(f'{module.__name__}.{s}' for s in missing)}")
+
+
+#: where ci/upstream.sh unpacks what is read, not imported (torch-npu's wheel files)
+UPSTREAM_DIR = Path(__file__).resolve().parent.parent / ".upstream"
+
+
+def torch_npu_file(relative: str) -> tuple[Path, str] | None:
+    """A file of the torch_npu package (``include/...``) and the release it belongs to: from
+    an installed torch_npu (found without importing it), else from the upstream set's
+    unpacked torch-npu wheel; None if neither has it."""
+    try:
+        spec = importlib.util.find_spec("torch_npu")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(list(spec.submodule_search_locations)[0]) / relative
+        if path.is_file():
+            return path, release("torch-npu")
+    for tree in sorted(UPSTREAM_DIR.glob("torch-npu-*"), reverse=True):
+        path = tree / "torch_npu" / relative
+        if path.is_file():
+            return path, f"torch-npu {tree.name.removeprefix('torch-npu-')}"
+    return None

@@ -16,6 +16,8 @@ from harness.conformance import (
     ask,
     complete_spoof,
     our_answer,
+    soc_table_differences,
+    torch_npu_soc_table,
 )
 from harness.disagreements import judge as judge_conformance
 from harness.hardware import NpuSpoof, get_npu_versions, ipc_support
@@ -205,3 +207,17 @@ def test_conformance(case: Case, impl: str, run_on_npu, record_property) -> None
     record_property("conformance", {"impl": impl, "ours": ours, "theirs": theirs,
                                     "known_disagreements": reasons})
     assert not problems, f"{impl} on {case.id}:\n- " + "\n- ".join(problems)
+
+
+def test_torch_npu_soc_table(record_property) -> None:  # type: ignore[no-untyped-def]
+    """torch_npu's own SoC enum (NpuVariables.h of the installed torch_npu, or of the
+    upstream set's torch-npu wheel) is the table the spoofs and the hardware table know: a
+    SoC that torch_npu adds or renames fails here, naming it, before a board shows it."""
+    found = torch_npu_soc_table()
+    if found is None:
+        pytest.skip("no torch_npu sources: install torch_npu, or bash ci/setup.sh --upstream "
+                    "(unpacks the torch-npu wheel's headers)")
+    table, source = found
+    record_property("torch_npu_soc_table", {"source": source, "socs": len(table)})
+    problems = soc_table_differences(table)
+    assert not problems, f"torch_npu's SocVersion ({source}):\n- " + "\n- ".join(problems)

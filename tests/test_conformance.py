@@ -174,3 +174,48 @@ def test_the_results_header_names_the_upstream_set(pytester: pytest.Pytester) ->
     header = json.loads(out.read_text().splitlines()[0])
     assert {k: header["packages"][k] for k in ("vllm", "vllm_ascend", "verl", "torch_npu")} == {
         "vllm": "0.33.0", "vllm_ascend": "0.23.0.post1", "verl": "0.9.1", "torch_npu": None}
+
+
+HEADER = """namespace c10_npu {
+enum class SocVersion {
+  UnsupportedSocVersion = -1,
+  Ascend910PremiumA = 100,
+  Ascend910ProA,  // a comment
+  Ascend950 = 0x104
+};
+}"""
+
+
+def test_soc_enum_follows_cpp_rules() -> None:
+    from harness.conformance import parse_soc_enum
+
+    assert parse_soc_enum(HEADER) == {100: "Ascend910PremiumA", 101: "Ascend910ProA",
+                                      260: "Ascend950"}
+    with pytest.raises(ValueError, match="no 'enum class SocVersion'"):
+        parse_soc_enum("enum Other { A = 1 };")
+
+
+def test_a_soc_that_torch_npu_adds_or_renames_is_named() -> None:
+    """Negative control for the suite's torch_npu table check."""
+    from harness.conformance import SOC_NAMES, soc_table_differences
+
+    table = {**SOC_NAMES, 260: "Ascend950"}
+    assert soc_table_differences(table) == []
+    table[257] = "Ascend910_9364"
+    table[225] = "Ascend910B4_2"
+    del table[104]
+    assert soc_table_differences(table) == [
+        "SoC 257 (Ascend910_9364) is new: the spoofs and the hardware table lack it",
+        "SoC 104 (Ascend910B) is gone from torch_npu's table",
+        "SoC 225 is Ascend910B4_2 in torch_npu, Ascend910B4_1 in the spoofs"]
+
+
+def test_the_upstream_torch_npu_table_is_read_from_its_header() -> None:
+    from harness.conformance import torch_npu_soc_table
+
+    found = torch_npu_soc_table()
+    if found is None:
+        pytest.skip("no torch_npu sources (bash ci/setup.sh --upstream)")
+    table, source = found
+    assert source.startswith("torch-npu 2.14.0 (") and source.endswith("NpuVariables.h)")
+    assert table[256] == "Ascend910_9363" and table[260] == "Ascend950" and len(table) == 29
