@@ -22,7 +22,9 @@ existing Ascend test does, after a device synchronise so queued ops are recorded
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 #: every event a batch-invariant op set emits
 BATCH_INVARIANT_PREFIX = "batch_invariant_ops::"
@@ -109,3 +111,30 @@ def footprint(before: Mapping[str, frozenset[str]],
         if new:
             changed[name] = sorted({line.split(_KERNEL_LINE, 1)[0] for line in new})
     return changed
+
+
+def ops_run(fn: Callable[[], Any], *, floating_only: bool = False
+            ) -> tuple[Any, Counter[str]]:
+    """``fn()``'s result and every aten operator (overload) it dispatched, counted: the ops
+    that ran, whatever kernel served them (an override registered on the op is still the
+    op), so the caller can tell which ran outside a target's overridden set.
+    ``floating_only``: count only calls with a floating-point tensor among the inputs
+    (integer index arithmetic cannot make logprobs batch-variant)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    seen: Counter[str] = Counter()
+
+    class _Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            if not floating_only or any(
+                    isinstance(t, torch.Tensor) and t.is_floating_point()
+                    for t in tree_leaves((args, kwargs or {}))):
+                seen[str(func.name())] += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Recorder():
+        result = fn()
+    return result, seen

@@ -1,44 +1,72 @@
-"""Cross-batch-size logprob bit-equality: a probe sequence's prompt and decode logprobs at
-batch size 1 must equal, bit for bit, its logprobs inside batches of 2..32 at the first,
-a middle and the last slot. Switch on: every case equal. Switch off: the inverse control,
-which must find a difference where the device is known to be batch-variant (one table of
-measurements, ``harness.logprobs.expectations``; "no difference" there fails: the sweep or
-the comparison is broken); where it is not known (bf16 on some CPUs), the case says so as
-an XFAIL instead of passing or failing silently."""
+"""Logprob bit-equality, three properties per source:
+
+- batch size: a probe sequence's prompt and decode logprobs at batch size 1 equal, bit for
+  bit, its logprobs inside batches of 2..32 at the first, a middle and the last slot;
+- decode versus prefill: the logprobs of decoded tokens (KV cache, a token a step) equal
+  those recomputed by one prefill pass, alone and in the same batch (what a trainer does
+  for old/ref logprobs);
+- repeat: the same batch gives the same bits run after run, in one process and across two
+  isolated processes.
+
+Sources: ``tiny`` (TinyDecoder), ``hf`` and ``hf-left`` (a transformers Llama with seeded
+random weights; prefill right- or left-padded), ``vllm`` (a real engine, NPU or CUDA).
+Switch on: every property holds, or the case names the operators that ran outside the
+target's invariant set (a known coverage gap is an XFAIL from the table of
+``harness.logprobs.expectations``, and fails when it closes). Switch off: the inverse
+control, which must find a difference where the table says the path is variant."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.invariance import switch_env
-from harness.logprobs import vllm_source
+from harness.logprobs import hf_source, vllm_source
 from harness.logprobs.cases import pick_target, run_logprob_case
-from harness.logprobs.expectations import judge_inverse
+from harness.logprobs.expectations import CHECKS, judge
+from harness.logprobs.properties import compare_repeat
 from harness.plugin import SESSION_KEY
+
+
+def _unavailable(source: str, device_kind: str) -> str | None:
+    if source == "vllm":
+        return vllm_source.unavailable(device_kind)
+    if source.startswith("hf"):
+        return hf_source.unavailable()
+    return None
 
 
 @pytest.mark.isolation_timeout(600)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("switch", ["on", "off"])
-@pytest.mark.parametrize("source", ["tiny", "vllm"])
-def test_logprob_batch_invariance(source: str, switch: str, dtype: str, request,
+@pytest.mark.parametrize("source", ["tiny", "hf", "hf-left", "vllm"])
+@pytest.mark.parametrize("check", CHECKS)
+def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: str, request,
                                   run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
     device = request.config.stash[SESSION_KEY].device
-    if source == "vllm":
-        reason = vllm_source.unavailable(device.kind)
-        if reason:
-            pytest.skip(f"vLLM logprob source: {reason}")
+    reason = _unavailable(source, device.kind)
+    if reason:
+        pytest.skip(f"{source} logprob source: {reason}")
     enabled = switch == "on"
     target = pick_target(device.kind, device.npu_missing)
-    report = run_on_npu(run_logprob_case, source, enabled, dtype, target.name,
-                        env=switch_env(enabled)).value
+    env = target.switch_env(enabled)
+    report = run_on_npu(run_logprob_case, source, enabled, dtype, target.name, check,
+                        env=env).value
+    if check == "repeat":  # and once more in another process
+        again = run_on_npu(run_logprob_case, source, enabled, dtype, target.name, check,
+                           env=env).value
+        report = compare_repeat(report, again)
     record_property("logprob_report", report.summary())
-    if enabled:
-        assert report.equal, "\n" + report.table()
-        return
-    outcome, why = judge_inverse(report.equal, report.cases, source, device.kind, dtype)
+    if report.cannot:
+        pytest.skip(f"{source} cannot run {check}: " + "; ".join(report.cannot))
+    leaks = [m for m in report.mismatches if m.phase == "padding"]
+    if leaks:  # whatever the switch: a mask that leaks is a bug in the source
+        pytest.fail(f"{source}: a masked (padding) position changed the logprobs of "
+                    f"{len(leaks)} sequences ({leaks[0].detail})\n{report.table()}",
+                    pytrace=False)
+    outside = ", ".join(f"{op} x{n}" for op, n in report.outside_invariant_set.items())
+    outcome, why = judge(check, report.equal, report.cases, source, device.kind, dtype,
+                         enabled, outside=outside)
     if outcome == "failed":
-        pytest.fail(why, pytrace=False)
+        pytest.fail(f"{why}\n{report.table()}", pytrace=False)
     if outcome == "xfailed":
         pytest.xfail(why)
     print(report.table())

@@ -64,7 +64,7 @@ def test_one_ulp_at_batch_size_8_is_caught_and_located() -> None:
     assert {m.max_ulp for m in report.mismatches} == {1}
     assert {m.differing_tokens for m in report.mismatches} == {1}
     table = report.table()
-    assert "6 of 42 cases differ" in table
+    assert "6 of 42 batch-size cases differ" in table
     assert "prefill      8   first    0            5       1" in table
     summary = report.summary()
     assert summary["batch_sizes_differing"] == [8] and summary["max_ulp"] == 1
@@ -226,20 +226,33 @@ def test_vllm_unavailable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # --- the inverse control's expectations -------------------------------------------------------
 
-def test_inverse_control_table() -> None:
-    from harness.logprobs.expectations import judge_inverse
+def test_expectation_table() -> None:
+    from harness.logprobs.expectations import judge
 
-    assert judge_inverse(False, 42, "tiny", "cpu", "float32", "x86_64")[0] == "passed"
-    outcome, why = judge_inverse(True, 42, "tiny", "cpu", "float32", "x86_64")
-    assert outcome == "failed"
-    assert why.startswith("inverse control found no difference in 42 cases, but tiny float32 "
-                          "on cpu is known to be batch-variant without the switch (measured")
-    assert "22 of 42 cases differ" in why and why.endswith("the comparison or the batch-size "
-                                                           "sweep is broken")
-    assert judge_inverse(True, 42, "tiny", "cpu", "bfloat16", "x86_64")[0] == "xfailed"
-    outcome, why = judge_inverse(True, 42, "tiny", "cpu", "float32", "aarch64")
-    assert outcome == "xfailed"
-    assert "no measurement for tiny float32 on cpu (aarch64) says it is batch-variant" in why
+    def outcome(check, equal, source, dtype, on, machine="x86_64"):  # type: ignore[no-untyped-def]
+        return judge(check, equal, 42, source, "cpu", dtype, on, machine=machine)
+
+    assert outcome("batch-size", False, "tiny", "float32", False)[0] == "passed"
+    verdict, why = outcome("batch-size", True, "tiny", "float32", False)
+    assert verdict == "failed"
+    assert why.startswith("inverse control found no difference in 42 batch-size cases, but "
+                          "tiny float32 on cpu is known to differ without the switch (measured")
+    assert "22 of 42 cases differ" in why and why.endswith("the comparison or the sweep is "
+                                                           "broken")
+    assert outcome("batch-size", True, "tiny", "bfloat16", False)[0] == "xfailed"
+    verdict, why = outcome("batch-size", True, "tiny", "float32", False, "aarch64")
+    assert verdict == "xfailed"
+    assert "no measurement for batch-size of tiny float32 on cpu (aarch64)" in why
+    # switch on: must hold, unless a known gap (which must not silently close)
+    assert outcome("batch-size", True, "tiny", "float32", True)[0] == "passed"
+    assert outcome("batch-size", False, "tiny", "float32", True)[0] == "failed"
+    verdict, why = outcome("decode-vs-prefill", False, "tiny", "float32", True)
+    assert verdict == "xfailed" and "aten::bmm" in why
+    verdict, why = outcome("decode-vs-prefill", True, "hf-left", "float32", True)
+    assert verdict == "failed" and why.endswith("correct harness/logprobs/expectations.py")
+    # repeat: equal, switch on or off
+    assert outcome("repeat", False, "hf", "float32", False)[0] == "failed"
+    assert outcome("repeat", True, "hf", "float32", False)[0] == "passed"
 
 
 LOGPROB_SUITE = Path(__file__).parent.parent / "suites" / "test_logprob_batch_invariance.py"
@@ -248,9 +261,9 @@ LOGPROB_SUITE = Path(__file__).parent.parent / "suites" / "test_logprob_batch_in
 def test_inverse_control_fails_when_the_comparison_is_broken(pytester: pytest.Pytester) -> None:
     """A comparison that never sees a difference: where the default path is known to be
     batch-variant (fp32 on this CPU), the switch-off case fails instead of an XFAIL."""
-    from harness.logprobs.expectations import inverse_expectation
+    from harness.logprobs.expectations import expectation
 
-    if not inverse_expectation("tiny", "cpu", "float32").variant:
+    if expectation("batch-size", "tiny", "cpu", "float32", False).outcome != "differ":
         pytest.skip("no measurement says fp32 on this CPU is batch-variant")
     pytester.makepyfile(test_lp_copy=LOGPROB_SUITE.read_text())
     pytester.makeconftest(
@@ -264,7 +277,134 @@ def test_inverse_control_fails_when_the_comparison_is_broken(pytester: pytest.Py
         "            return fn(*a)\n"
         "        return run_on_npu(blind, *args, **kwargs)\n"
         "    return broken\n")
-    result = pytester.runpytest("-k", "tiny and off and float32", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-k", "batch-size and tiny and off and float32", "-p",
+                                "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*inverse control found no difference in 42 cases, but tiny "
-                                 "float32 on cpu is known to be batch-variant*"])
+    result.stdout.fnmatch_lines(["*inverse control found no difference in 42 batch-size cases, "
+                                 "but tiny float32 on cpu is known to differ*"])
+
+
+# --- decode versus prefill, repeat, padding: negative controls -------------------------------
+
+class _OneUlpAtStep3(TinyDecoder):
+    """Broken on purpose: its decode path moves one logprob one ULP at decode step 3."""
+
+    def generate(self, batch, steps):  # type: ignore[no-untyped-def]
+        out = []
+        for tokens, lp in super().generate(batch, steps):
+            lp = lp.clone()
+            lp[3] = torch.nextafter(lp[3], torch.tensor(float("inf")))
+            out.append((tokens, lp))
+        return out
+
+
+def test_decode_perturbed_one_ulp_at_one_step_fails_at_that_step() -> None:
+    from harness.logprobs.properties import check_decode_matches_prefill
+
+    sweep = {"batch_sizes": (1, 2), "decode_steps": 5}
+    clean = check_decode_matches_prefill(TinyDecoder(dtype=torch.bfloat16), **sweep)
+    if not clean.equal:
+        pytest.skip("decode-vs-prefill of tiny bf16 does not hold on this CPU: no clean "
+                    "baseline to perturb")
+    report = check_decode_matches_prefill(_OneUlpAtStep3(dtype=torch.bfloat16), **sweep)
+    assert report.cases == 6 and len(report.mismatches) == 6
+    assert {(m.phase, m.token_index, m.max_ulp, m.differing_tokens) for m in report.mismatches} \
+        == {("decode-vs-prefill", 3, 1, 1)}
+    assert {m.detail for m in report.mismatches} == {"prefill alone", "prefill in the same batch"}
+    assert report.failing_pass_ops  # the failing pass was recorded for the coverage report
+
+
+class _HiddenNoise(TinyDecoder):
+    """Broken on purpose: one prompt logprob moves by a random amount on some calls."""
+
+    def prefill(self, batch):  # type: ignore[no-untyped-def]
+        import random
+
+        out = super().prefill(batch)
+        out[0] = out[0] + random.SystemRandom().choice([0.0, 1e-3])
+        return out
+
+
+def test_hidden_random_perturbation_fails_repeat() -> None:
+    from harness.logprobs.properties import check_repeatable
+
+    assert check_repeatable(TinyDecoder(), runs=3, batch_size=2, decode_steps=2).equal
+    for _ in range(10):  # the noise is random: 10 tries of 5 runs, one must see it
+        report = check_repeatable(_HiddenNoise(), runs=5, batch_size=2, decode_steps=2)
+        if not report.equal:
+            break
+    assert not report.equal
+    assert {(m.phase, m.position) for m in report.mismatches} == {("repeat", 0)}
+    assert report.mismatches[0].detail.startswith("prefill, run ")
+
+
+def test_repeat_across_processes_is_compared() -> None:
+    from harness.logprobs.properties import check_repeatable, compare_repeat
+
+    first = check_repeatable(TinyDecoder(), runs=1, batch_size=2, decode_steps=2)
+    second = check_repeatable(TinyDecoder(), runs=1, batch_size=2, decode_steps=2)
+    assert compare_repeat(first, second).equal
+    second.outputs[3] = second.outputs[3] + 1e-3
+    bad = compare_repeat(first, check_repeatable(TinyDecoder(), runs=1, batch_size=2,
+                                                 decode_steps=2))
+    assert bad.equal
+    broken = compare_repeat(first, second)
+    assert [(m.phase, m.position, m.detail) for m in broken.mismatches] == [
+        ("repeat", 1, "decode, process 2 vs process 1")]
+
+
+def _hf_or_skip():  # type: ignore[no-untyped-def]
+    from harness.logprobs import hf_source
+
+    reason = hf_source.unavailable()
+    if reason:
+        pytest.skip(reason)
+    return hf_source.HfSource
+
+
+def test_a_mask_that_leaks_one_padded_position_is_caught() -> None:
+    HfSource = _hf_or_skip()
+
+    class LeakyMask(HfSource):  # type: ignore[misc, valid-type]
+        """Broken on purpose: the first padded column of each left-padded row is unmasked."""
+
+        def _padded(self, batch, side):  # type: ignore[no-untyped-def]
+            ids, mask = super()._padded(batch, side)
+            for row in range(mask.shape[0]):
+                if side == "left" and mask[row, 0] == 0:
+                    mask[row, 0] = 1
+            return ids, mask
+
+    sweep = {"batch_sizes": (1, 3), "decode_steps": 0}
+    clean = check_batch_invariance(HfSource(padding="left"), **sweep)
+    assert not [m for m in clean.mismatches if m.phase == "padding"]
+    report = check_batch_invariance(LeakyMask(padding="left"), **sweep)
+    leaks = [m for m in report.mismatches if m.phase == "padding"]
+    assert leaks and {m.detail for m in leaks} == {"pad id 0 vs 7"}
+
+
+def test_hf_source_builds_without_a_download_and_pads_both_ways() -> None:
+    HfSource = _hf_or_skip()
+    batch = [[5, 6, 7, 8], [9, 10]]
+    right, left = HfSource(padding="right"), HfSource(padding="left")
+    assert [t.shape[0] for t in right.prefill(batch)] == [3, 1]
+    assert [t.shape[0] for t in left.prefill(batch)] == [3, 1]
+    tokens, lps = zip(*right.generate(batch, 3), strict=True)
+    assert [len(t) for t in tokens] == [3, 3] and all(lp.shape == (3,) for lp in lps)
+    with pytest.raises(ValueError, match="padding='middle'"):
+        HfSource(padding="middle")
+
+
+def test_coverage_names_the_ops_outside_the_invariant_set() -> None:
+    """Switch on, decode versus prefill of tiny fp32 fails: the report says attention's bmm
+    and softmax ran outside the reference's invariant set (its mm/matmul/mean did not)."""
+    from harness.logprobs.cases import run_logprob_case
+
+    report = run_isolated(run_logprob_case, "tiny", True, "float32", "reference",
+                          "decode-vs-prefill", batch_sizes=(2,), decode_steps=3,
+                          method="forkserver", env={"VLLM_BATCH_INVARIANT": "1"}).value
+    if report.equal:
+        pytest.skip("decode-vs-prefill of tiny fp32 holds on this CPU with the switch on")
+    assert set(report.outside_invariant_set) == {"aten::bmm", "aten::_softmax"}
+    assert "ran outside the target's invariant set during the first failing pass: " \
+        in report.table()

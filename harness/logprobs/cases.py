@@ -14,8 +14,15 @@ from typing import Any
 from harness.invariance import InvarianceTarget, get_target
 from harness.logprobs.engine import InvarianceReport, check_batch_invariance
 
-SOURCES = ("tiny", "vllm")
+SOURCES = ("tiny", "hf", "hf-left", "vllm")
 _REAL_TARGET = {"npu": "vllm_ascend", "cuda": "vllm"}
+#: per source, what the checks run (smaller sweeps for the heavier transformers model, so
+#: the whole suite stays within minutes on a 2-core CPU)
+SWEEPS: dict[str, dict[str, dict[str, Any]]] = {
+    "hf": {"batch-size": {"batch_sizes": (1, 2, 3, 4, 8), "decode_steps": 4},
+           "decode-vs-prefill": {"batch_sizes": (1, 2, 4), "decode_steps": 4},
+           "repeat": {"batch_size": 4, "decode_steps": 4}},
+}
 
 
 def pick_target(device_kind: str, npu_missing: str | None) -> InvarianceTarget:
@@ -28,28 +35,55 @@ def pick_target(device_kind: str, npu_missing: str | None) -> InvarianceTarget:
     return get_target("reference")
 
 
-def run_logprob_case(source: str, enabled: bool, dtype: str, target: str,
-                     **check: Any) -> InvarianceReport:
-    """Child side: switch, build the source on ``harness.device()``, run the check."""
+def build_source(source: str, enabled: bool, dtype: str, tgt: InvarianceTarget,
+                 seed: int = 0) -> tuple[Any, set[str]]:
+    """Child side: turn the switch the way users do, build the source on
+    ``harness.device()``; also the operators the switch overrode (its invariant set)."""
     import torch
 
     import harness
+    from harness.dispatch import footprint, registrations
 
-    tgt = get_target(target)
-    if source == "tiny":
+    before = registrations()
+    if source in ("tiny", "hf", "hf-left"):
         tgt.set_switch(enabled)
-        from harness.logprobs.tiny import TinyDecoder
+        if source == "tiny":
+            from harness.logprobs.tiny import TinyDecoder
 
-        src: Any = TinyDecoder(seed=check.get("seed", 0), dtype=getattr(torch, dtype),
-                               device=harness.device())
+            src: Any = TinyDecoder(seed=seed, dtype=getattr(torch, dtype),
+                                   device=harness.device())
+        else:
+            from harness.logprobs.hf_source import HfSource
+
+            src = HfSource(seed=seed, dtype=getattr(torch, dtype), device=harness.device(),
+                           padding="left" if source == "hf-left" else "right")
     elif source == "vllm":
         # vLLM reads the variable at engine start-up and runs its own init
         os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
         from harness.logprobs.vllm_source import VllmSource
 
-        src = VllmSource(dtype=dtype, seed=check.get("seed", 0))
+        src = VllmSource(dtype=dtype, seed=seed)
     else:
         raise ValueError(f"unknown logprob source {source!r}: use one of {SOURCES}")
-    report = check_batch_invariance(src, **check)
+    return src, set(footprint(before, registrations()))
+
+
+def run_logprob_case(source: str, enabled: bool, dtype: str, target: str,
+                     check: str = "batch-size", **kwargs: Any) -> InvarianceReport:
+    """Child side: switch, source, then one property (``check``); the report names the
+    batch-sensitive operators that ran outside the switch's invariant set."""
+    from harness.logprobs.engine import batch_sensitive
+    from harness.logprobs.properties import check_decode_matches_prefill, check_repeatable
+
+    tgt = get_target(target)
+    src, invariant_set = build_source(source, enabled, dtype, tgt, kwargs.get("seed", 0))
+    run = {"batch-size": check_batch_invariance,
+           "decode-vs-prefill": check_decode_matches_prefill,
+           "repeat": check_repeatable}[check]
+    report: InvarianceReport = run(src, **{**SWEEPS.get(source.split("-")[0], {}).get(check, {}),
+                                           **kwargs})
     report.source = f"{report.source} [switch {'on' if enabled else 'off'}: {tgt.name}]"
+    report.outside_invariant_set = {
+        op: n for op, n in batch_sensitive(report.failing_pass_ops).items()
+        if op not in invariant_set}
     return report

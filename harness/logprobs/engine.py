@@ -22,6 +22,11 @@ DEFAULT_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 32)
 DEFAULT_SLOTS = ("first", "middle", "last")
 
 
+class SourceCannot(Exception):
+    """A source cannot do what a check asks (prefill a given sequence, report its decoded
+    tokens...): the message says what and why; the check records it instead of failing."""
+
+
 class LogprobSource(Protocol):
     """Anything that yields per-sequence logprobs for a batch of token-id lists."""
 
@@ -32,18 +37,27 @@ class LogprobSource(Protocol):
         """Greedy decode of the whole batch: one tensor of ``steps`` chosen-token logprobs
         per sequence."""
 
+    def generate(self, batch: list[list[int]], steps: int
+                 ) -> list[tuple[list[int], torch.Tensor]]:
+        """Greedy decode, with the chosen tokens: (tokens, their logprobs) per sequence
+        (the decode-versus-prefill check needs the tokens; raise ``SourceCannot`` if the
+        source cannot say)."""
+
 
 @dataclass(frozen=True)
 class Mismatch:
-    phase: str  # "prefill" or "decode"
+    phase: str  # "prefill", "decode", "decode-vs-prefill" or "repeat"
     batch_size: int
     slot: str
     #: the probe's index in the batch
     position: int
+    #: the first differing token (for decode-vs-prefill: the first differing decode step)
     token_index: int
     max_abs_diff: float
     max_ulp: int
     differing_tokens: int
+    #: what was compared with what ("prefill alone", "run 2 vs run 1", ...)
+    detail: str = ""
 
 
 @dataclass
@@ -55,6 +69,17 @@ class InvarianceReport:
     probe_length: int
     cases: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
+    #: the property checked: "batch-size", "decode-vs-prefill" or "repeat"
+    check: str = "batch-size"
+    #: what the source could not do (``SourceCannot``), each a sentence
+    cannot: list[str] = field(default_factory=list)
+    #: aten operators dispatched during the first failing pass, counted
+    failing_pass_ops: dict[str, int] = field(default_factory=dict)
+    #: of those, the batch-sensitive ones (reductions, contractions) that ran outside the
+    #: target's invariant set (filled by the case runner, which knows the target)
+    outside_invariant_set: dict[str, int] = field(default_factory=dict)
+    #: outputs of the first run, kept by the repeat check for a comparison across processes
+    outputs: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def equal(self) -> bool:
@@ -65,22 +90,28 @@ class InvarianceReport:
         if self.equal:
             return f"{self.source}: all {self.cases} cases bitwise equal"
         head = ("phase", "batch", "slot", "pos", "first token", "tokens", "max |diff|",
-                "max ULP")
+                "max ULP", "compared")
         rows = [(m.phase, str(m.batch_size), m.slot, str(m.position), str(m.token_index),
-                 str(m.differing_tokens), f"{m.max_abs_diff:.3e}", str(m.max_ulp))
-                for m in self.mismatches]
+                 str(m.differing_tokens), f"{m.max_abs_diff:.3e}", str(m.max_ulp),
+                 m.detail or "batch size 1") for m in self.mismatches]
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        lines = [f"{self.source}: {len(self.mismatches)} of {self.cases} cases differ from "
-                 f"batch size 1 (probe of {self.probe_length} tokens, {self.decode_steps} "
-                 "decode steps)"]
+        lines = [f"{self.source}: {len(self.mismatches)} of {self.cases} {self.check} cases "
+                 f"differ (probe of {self.probe_length} tokens, {self.decode_steps} decode "
+                 "steps)"]
         for r in [head, *rows]:
             lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+        if self.outside_invariant_set:
+            lines.append("ran outside the target's invariant set during the first failing "
+                         "pass: " + ", ".join(f"{op} x{n}" for op, n in
+                                              self.outside_invariant_set.items()))
         return "\n".join(lines)
 
     def summary(self) -> dict[str, Any]:
         """Compact, JSON-able: for record_property and the nightly report."""
         return {
-            "source": self.source, "equal": self.equal, "cases": self.cases,
+            "source": self.source, "check": self.check, "equal": self.equal,
+            "cases": self.cases, "cannot": self.cannot,
+            "outside_invariant_set": self.outside_invariant_set,
             "mismatches": len(self.mismatches),
             "batch_sizes_differing": sorted({m.batch_size for m in self.mismatches}),
             "phases_differing": sorted({m.phase for m in self.mismatches}),
@@ -191,4 +222,61 @@ def check_batch_invariance(
                     first, max_abs, ulp, count = found
                     report.mismatches.append(Mismatch(phase, bs, slot, pos, first, max_abs,
                                                       ulp, count))
+                    record_failing_pass(report, run)
+    _check_padding(source, report, fillers[: max(batch_sizes) - 1] + [list(probe)])
     return report
+
+
+#: the other pad token id the padding check uses
+OTHER_PAD_ID = 7
+
+
+def _check_padding(source: LogprobSource, report: InvarianceReport,
+                   batch: list[list[int]]) -> None:
+    """A source that pads (``pad_id``): the largest batch once more with another pad token.
+    Masked positions must not matter: same shapes, same kernels, so the bits must be equal
+    with or without the switch; a difference is a mask that leaks (phase "padding")."""
+    pad_id = getattr(source, "pad_id", None)
+    if pad_id is None or len({len(s) for s in batch}) < 2:
+        return
+    ref = source.prefill(batch)
+    source.pad_id = OTHER_PAD_ID if pad_id != OTHER_PAD_ID else OTHER_PAD_ID + 1  # type: ignore[attr-defined]
+    try:
+        got = source.prefill(batch)
+    finally:
+        source.pad_id = pad_id  # type: ignore[attr-defined]
+    for pos, (a, b) in enumerate(zip(ref, got, strict=True)):
+        report.cases += 1
+        found = compare_bits(a, b)
+        if found is not None:
+            first, max_abs, ulp, count = found
+            report.mismatches.append(Mismatch("padding", len(batch), "all", pos, first,
+                                              max_abs, ulp, count,
+                                              f"pad id {pad_id} vs {OTHER_PAD_ID}"))
+
+
+def record_failing_pass(report: InvarianceReport, run: Any) -> None:
+    """Run the first failing pass once more, counting the aten operators it dispatches."""
+    if report.failing_pass_ops:
+        return
+    from harness.dispatch import ops_run
+
+    _, ops = ops_run(run, floating_only=True)
+    report.failing_pass_ops = dict(sorted(ops.items()))
+
+
+#: operators whose result for a row can depend on the other rows (contractions, reductions,
+#: attention): the ones batch invariance is about
+BATCH_SENSITIVE = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "sum", "mean",
+                   "softmax", "log_softmax", "norm", "var", "std", "cumsum", "prod",
+                   "scaled_dot_product", "attention", "einsum", "conv")
+
+
+def batch_sensitive(ops: dict[str, int]) -> dict[str, int]:
+    """The operators among ``ops`` whose name says contraction, reduction or attention."""
+    def sensitive(op: str) -> bool:
+        base = op.split("::")[-1].split(".")[0].lstrip("_")
+        return any(base == k or base.startswith(k + "_") or k in base.split("_")
+                   or (k in ("scaled_dot_product", "attention") and k in base)
+                   for k in BATCH_SENSITIVE)
+    return {op: n for op, n in ops.items() if sensitive(op)}

@@ -158,20 +158,27 @@ class TinyDecoder:
         return out
 
     @torch.no_grad()
-    def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
-        """Greedy decoding, the whole batch together with a KV cache: the chosen tokens'
-        logprobs, ``steps`` per sequence."""
+    def generate(self, batch: list[list[int]], steps: int
+                 ) -> list[tuple[list[int], torch.Tensor]]:
+        """Greedy decoding, the whole batch together with a KV cache: the chosen tokens and
+        their logprobs, ``steps`` per sequence."""
         rows, _, caches = self._prefill(batch)
         last = torch.stack([lp[-1] for lp in rows])
         lengths = [len(s) for s in batch]
         chosen: list[list[torch.Tensor]] = [[] for _ in batch]
+        tokens: list[list[int]] = [[] for _ in batch]
         for _ in range(steps):
             nxt = last.argmax(-1)
             picked = last.gather(1, nxt.unsqueeze(1)).squeeze(1)
             for i in range(len(batch)):
                 chosen[i].append(picked[i])
+                tokens[i].append(int(nxt[i]))
             positions = torch.tensor(lengths, device=self.device)
             spans = [(i, i + 1) for i in range(len(batch))]
             last = self._logprobs(self._forward(nxt, positions, spans, caches))
             lengths = [n + 1 for n in lengths]
-        return [torch.stack(c).cpu() for c in chosen]
+        return [(t, torch.stack(c).cpu()) for t, c in zip(tokens, chosen, strict=True)]
+
+    def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
+        """The chosen tokens' logprobs of ``generate``."""
+        return [lp for _, lp in self.generate(batch, steps)]

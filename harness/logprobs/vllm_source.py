@@ -79,14 +79,19 @@ class VllmSource:
                                        dtype=torch.float32))
         return result
 
-    def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
+    def generate(self, batch: list[list[int]], steps: int
+                 ) -> list[tuple[list[int], torch.Tensor]]:
         params = self._params(max_tokens=steps, min_tokens=steps, temperature=0.0, logprobs=0,
                               ignore_eos=True)
         outs = self._generate(batch, params)
         result = []
         for out in outs:
             sample = out.outputs[0]
-            result.append(torch.tensor([entry[tok].logprob for tok, entry in
-                                        zip(sample.token_ids, sample.logprobs, strict=True)],
-                                       dtype=torch.float32))
+            result.append((list(sample.token_ids),
+                           torch.tensor([entry[tok].logprob for tok, entry in
+                                         zip(sample.token_ids, sample.logprobs, strict=True)],
+                                        dtype=torch.float32)))
         return result
+
+    def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
+        return [lp for _, lp in self.generate(batch, steps)]

@@ -1,0 +1,134 @@
+"""Two more logprob properties that RL training depends on, beside batch size:
+
+- decode versus prefill: the logprobs of tokens produced by decoding (KV cache, one token
+  at a time) equal, bit for bit, the same tokens' logprobs recomputed by one prefill pass
+  over the whole sequence, alone and inside the same batch. That recomputation is what a
+  trainer does for the old/ref logprobs of a PPO step: where it differs, "on-policy"
+  training is silently off-policy;
+- repeat: the same batch, run again (in this process, and in another process: the suite
+  compares two isolated runs with ``compare_repeat``), gives the same bits.
+
+Mismatches carry the phase (``decode-vs-prefill``, ``repeat``), batch size, slot, position,
+the first differing token (decode step), max |diff| and max ULP, and what was compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from harness.logprobs import engine
+from harness.logprobs.engine import (
+    InvarianceReport,
+    LogprobSource,
+    Mismatch,
+    SourceCannot,
+    make_sequences,
+    record_failing_pass,
+)
+
+DECODE_BATCH_SIZES = (1, 2, 4, 8)
+
+
+def slot_name(position: int, batch_size: int) -> str:
+    if position == 0:
+        return "first"
+    if position == batch_size - 1:
+        return "last"
+    return "middle" if position == batch_size // 2 else "other"
+
+
+def _vocab(source: LogprobSource) -> int:
+    return int(getattr(getattr(source, "config", None), "vocab", 1000))
+
+
+def _report(source: LogprobSource, check: str, batch_sizes: Sequence[int], steps: int,
+            probe_length: int) -> InvarianceReport:
+    return InvarianceReport(source=getattr(source, "name", type(source).__name__),
+                            batch_sizes=tuple(batch_sizes), slots=("all",),
+                            decode_steps=steps, probe_length=probe_length, check=check)
+
+
+def _add(report: InvarianceReport, phase: str, bs: int, pos: int, ref: torch.Tensor,
+         got: torch.Tensor, detail: str) -> bool:
+    report.cases += 1
+    found = engine.compare_bits(ref, got)
+    if found is None:
+        return False
+    first, max_abs, ulp, count = found
+    report.mismatches.append(Mismatch(phase, bs, slot_name(pos, bs), pos, first, max_abs, ulp,
+                                      count, detail))
+    return True
+
+
+def check_decode_matches_prefill(source: LogprobSource, *,
+                                 batch_sizes: Sequence[int] = DECODE_BATCH_SIZES,
+                                 decode_steps: int = 8, seed: int = 0) -> InvarianceReport:
+    """Decode each batch greedily, then recompute every sequence's generated tokens by one
+    prefill pass over prompt + generated tokens, alone and inside the same batch; compare
+    the bits with the decoded logprobs."""
+    report = _report(source, "decode-vs-prefill", batch_sizes, decode_steps, 0)
+    for bs in batch_sizes:
+        batch = make_sequences(seed + bs, _vocab(source), bs, min_len=8, max_len=32)
+        report.probe_length = max(report.probe_length, *(len(s) for s in batch))
+        try:
+            generated = source.generate(batch, decode_steps)
+        except (SourceCannot, AttributeError) as exc:
+            report.cannot.append(f"batch size {bs}: cannot report decoded tokens ({exc})")
+            continue
+        full = [list(seq) + list(tokens) for seq, (tokens, _) in zip(batch, generated,
+                                                                     strict=True)]
+
+        def window(lp: torch.Tensor, prompt: list[int]) -> torch.Tensor:
+            start = len(prompt) - 1  # the logprob of full[t] sits at index t - 1
+            return lp[start:start + decode_steps]
+
+        try:
+            together = source.prefill(full)
+        except SourceCannot as exc:
+            report.cannot.append(f"batch size {bs}: cannot prefill the decoded sequences "
+                                 f"({exc})")
+            continue
+        for i, (_, decoded) in enumerate(generated):
+            alone = source.prefill([full[i]])[0]
+            if _add(report, "decode-vs-prefill", bs, i, decoded, window(alone, batch[i]),
+                    "prefill alone"):
+                record_failing_pass(report, lambda f=full[i]: source.prefill([f]))
+            if _add(report, "decode-vs-prefill", bs, i, decoded, window(together[i], batch[i]),
+                    "prefill in the same batch"):
+                record_failing_pass(report, lambda f=full: source.prefill(f))
+    return report
+
+
+def check_repeatable(source: LogprobSource, *, runs: int = 3, batch_size: int = 8,
+                     decode_steps: int = 8, seed: int = 0) -> InvarianceReport:
+    """Prefill and decode the same batch ``runs`` times in this process; every run must give
+    the first run's bits. The first run's outputs are kept (``report.outputs``) for
+    ``compare_repeat`` across processes."""
+    batch = make_sequences(seed, _vocab(source), batch_size, min_len=8, max_len=32)
+    report = _report(source, "repeat", (batch_size,), decode_steps, max(len(s) for s in batch))
+
+    def once() -> list[torch.Tensor]:
+        return [*source.prefill(batch), *source.decode(batch, decode_steps)]
+
+    first = once()
+    report.outputs = first
+    for run in range(2, runs + 1):
+        again = once()
+        for i, (ref, got) in enumerate(zip(first, again, strict=True)):
+            phase = "prefill" if i < batch_size else "decode"
+            if _add(report, "repeat", batch_size, i % batch_size, ref, got,
+                    f"{phase}, run {run} vs run 1"):
+                record_failing_pass(report, once)
+    return report
+
+
+def compare_repeat(first: InvarianceReport, second: InvarianceReport) -> InvarianceReport:
+    """The same repeat check run in two processes: every output must have the same bits.
+    Returns ``second`` with the differences added (detail "process 2 vs process 1")."""
+    bs = second.batch_sizes[0]
+    for i, (ref, got) in enumerate(zip(first.outputs, second.outputs, strict=True)):
+        phase = "prefill" if i < bs else "decode"
+        _add(second, "repeat", bs, i % bs, ref, got, f"{phase}, process 2 vs process 1")
+    return second
