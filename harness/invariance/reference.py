@@ -28,9 +28,11 @@ from typing import Any
 import torch
 
 NAMESPACE = "batch_invariant_ops"
-#: rows per fixed-shape matmul block (measured by bench/invariance.py on the CI CPU: 64 is
-#: the fastest of 16, 32 and 64 over prefill and decode, fp32 and bf16, tiny and hf)
+#: rows per fixed-shape matmul block, by dtype (fixed per dtype: that is what invariance
+#: needs). Measured by bench/invariance.py on the CI CPU over 16, 32 and 64 rows: fp32 is
+#: best at 32 (decode pads fewer rows), bf16 at 64 (bf16 bmm is slow on small blocks)
 BLOCK_ROWS = 64
+BLOCK_ROWS_BY_DTYPE = {torch.float32: 32}
 SWITCH_ENV = "VLLM_BATCH_INVARIANT"
 
 #: the aten override library: None until enabled (vLLM's ``_batch_invariant_LIB``)
@@ -76,12 +78,13 @@ def _mm_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if dtype in _UPCAST:
         a, b = a.float(), b.float()
     m, k = a.shape
-    pad = (-m) % BLOCK_ROWS
+    rows = BLOCK_ROWS_BY_DTYPE.get(a.dtype, BLOCK_ROWS)
+    pad = (-m) % rows
     if pad:
         padded = a.new_zeros(m + pad, k)
         padded[:m] = a
         a = padded
-    blocks = a.reshape(-1, BLOCK_ROWS, k)
+    blocks = a.reshape(-1, rows, k)
     out = torch.ops.aten.bmm.default(blocks, b.expand(blocks.shape[0], *b.shape))
     out = out.reshape(-1, b.shape[1])[:m]
     return out.to(dtype) if dtype in _UPCAST else out
