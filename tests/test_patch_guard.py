@@ -12,20 +12,9 @@ from pathlib import Path
 import pytest
 
 from harness import run_isolated
+from harness.patches import checks
 from harness.patches import declared as declared_patches
-from harness.patches.checks import (
-    check_applies,
-    check_behaviour,
-    check_drift,
-    check_idempotent,
-    check_propagates,
-    judge_applies,
-    judge_behaviour,
-    judge_drift,
-    judge_idempotent,
-    judge_propagates,
-    variant,
-)
+from harness.patches.checks import variant
 from harness.patches.fingerprint import classify, fingerprints
 from harness.upstream import version
 from tests.patch_toy import INTENT, declared
@@ -39,39 +28,39 @@ def _run(check, *args):  # type: ignore[no-untyped-def]
 
 def test_a_careful_patch_passes_every_check() -> None:
     patch = declared("apply_careful")
-    applied = _run(check_applies, patch)
-    assert judge_applies(patch, applied) == []
+    applied = _run(checks.check_applies, patch)
+    assert checks.judge_applies(patch, applied) == []
     assert applied["targets"][WAKE_UP]["status"] == "replaced"
     assert applied["targets"]["tests.patch_toy:Engine.run_engine"]["status"] == "replaced"
-    assert judge_idempotent(patch, _run(check_idempotent, patch)) == []
-    propagated = _run(check_propagates, patch)
-    assert judge_propagates(patch, propagated) == []
+    assert checks.judge_idempotent(patch, _run(checks.check_idempotent, patch)) == []
+    propagated = _run(checks.check_propagates, patch)
+    assert checks.judge_propagates(patch, propagated) == []
     assert propagated["ran"] == "engine main ran" and propagated["patched"] == {WAKE_UP: True}
     for kind in ("whitespace", "comments", "meaning"):
-        assert judge_drift(patch, WAKE_UP, _run(check_drift, patch, WAKE_UP, kind)) == []
-    problems, differ = judge_behaviour(patch.behaviours[0],
-                                       _run(check_behaviour, patch, patch.behaviours[0]))
+        assert checks.judge_drift(patch, WAKE_UP, _run(checks.check_drift, patch, WAKE_UP, kind)) == []
+    problems, differ = checks.judge_behaviour(patch.behaviours[0],
+                                       _run(checks.check_behaviour, patch, patch.behaviours[0]))
     assert problems == [] and set(differ) == INTENT
 
 
 def test_a_patch_without_a_marker_fails_idempotence() -> None:
     patch = declared("apply_without_marker")
-    assert judge_applies(patch, _run(check_applies, patch)) == [
+    assert checks.judge_applies(patch, _run(checks.check_applies, patch)) == [
         f"{WAKE_UP} was replaced without the marker _toy_patched"]
     # its fingerprint check then rejects its own replacement
-    assert judge_idempotent(patch, _run(check_idempotent, patch)) == [
+    assert checks.judge_idempotent(patch, _run(checks.check_idempotent, patch)) == [
         "a second apply raised RuntimeError: unknown Engine.wake_up implementation (the "
         "replacement it finds is not recognised as its own: no marker?)"]
     # without a fingerprint either, it wraps its own replacement again
     patch = declared("apply_without_marker_or_fingerprint")
-    problems = judge_idempotent(patch, _run(check_idempotent, patch))
+    problems = checks.judge_idempotent(patch, _run(checks.check_idempotent, patch))
     assert len(problems) == 1 and problems[0].startswith(
         f"a second apply replaced {WAKE_UP} again"), problems
 
 
 def test_a_spawn_entry_that_does_not_reapply_fails_propagation() -> None:
     patch = declared("apply_without_reapply_in_entry")
-    assert judge_propagates(patch, _run(check_propagates, patch)) == [
+    assert checks.judge_propagates(patch, _run(checks.check_propagates, patch)) == [
         "in a spawned process the entry tests.patch_toy._entry_without_reapply raised "
         "TypeError: 'NoneType' object is not callable (its original is None: the entry did "
         "not re-apply the patch before calling it)"]
@@ -79,8 +68,8 @@ def test_a_spawn_entry_that_does_not_reapply_fails_propagation() -> None:
 
 def test_a_patch_that_does_not_check_its_target_fails_drift() -> None:
     patch = declared("apply_without_fingerprint")
-    got = _run(check_drift, patch, WAKE_UP, "meaning")
-    assert judge_drift(patch, WAKE_UP, got) == [
+    got = _run(checks.check_drift, patch, WAKE_UP, "meaning")
+    assert checks.judge_drift(patch, WAKE_UP, got) == [
         f"{WAKE_UP} changed in meaning, and tests.patch_toy:apply_without_fingerprint did not "
         "raise: it replaced the changed upstream (no fail-fast on drift)"]
 
@@ -89,10 +78,10 @@ def test_a_text_fingerprint_passes_whitespace_and_rejects_comments() -> None:
     """verl's kind of fingerprint (whitespace-free text): a whitespace-only change passes,
     a comment-only one is rejected, and the report says which kind it was."""
     patch = declared("apply_with_text_fingerprint")
-    assert judge_drift(patch, WAKE_UP, _run(check_drift, patch, WAKE_UP, "whitespace")) == []
-    comments = _run(check_drift, patch, WAKE_UP, "comments")
+    assert checks.judge_drift(patch, WAKE_UP, _run(checks.check_drift, patch, WAKE_UP, "whitespace")) == []
+    comments = _run(checks.check_drift, patch, WAKE_UP, "comments")
     assert comments["measured"] == "comments"
-    assert judge_drift(patch, WAKE_UP, comments) == [
+    assert checks.judge_drift(patch, WAKE_UP, comments) == [
         f"a comments-only change of {WAKE_UP} made tests.patch_toy:apply_with_text_fingerprint "
         "raise (RuntimeError: unknown Engine.wake_up implementation (text)): its fingerprint "
         "rejects comments changes, so a reformatted upstream fails start-up"]
@@ -100,8 +89,8 @@ def test_a_text_fingerprint_passes_whitespace_and_rejects_comments() -> None:
 
 def test_a_patch_that_changes_more_than_it_means_fails_behaviour() -> None:
     patch = declared("apply_overreaching")
-    problems, differ = judge_behaviour(patch.behaviours[0],
-                                       _run(check_behaviour, patch, patch.behaviours[0]))
+    problems, differ = checks.judge_behaviour(patch.behaviours[0],
+                                       _run(checks.check_behaviour, patch, patch.behaviours[0]))
     assert differ == ["tags=None", "tags=['weights']", "tags=[]"]
     assert problems == [f"{WAKE_UP} behaves differently, outside the patch's declared intent, "
                         "for tags=None: upstream \"returned True, calls ['wake None', "
@@ -139,8 +128,8 @@ def test_verl_partial_wake_up_patch_raises_on_vllm_0_33() -> None:
     resumes only then: verl 0.9.1's text checks know neither the old nor this form."""
     _needs("verl", "vllm")
     patch = declared_patches(["verl-glm52-vllm-partial-wake-up"])[0]
-    got = _run(check_applies, patch)
-    assert judge_applies(patch, got) == [
+    got = _run(checks.check_applies, patch)
+    assert checks.judge_applies(patch, got) == [
         "verl.utils.vllm.npu_vllm_patch:patch_vllm_glm52_partial_wake_up raised on verl "
         f"{version('verl')}, vllm {version('vllm')}: RuntimeError: VERL_VLLM_ASCEND_GLM52_PATCH "
         "found an unsupported EngineCore.wake_up implementation."]
