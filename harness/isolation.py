@@ -242,10 +242,17 @@ def _request_stack(pid: int, workdir: Path) -> str:
 def _load_result(workdir: Path, token: str, res: IsolatedResult) -> bool:
     """Fill ``res`` from result.pkl; False if the child never wrote a result for this token."""
     path = workdir / "result.pkl"
-    if not path.exists():
-        return False
-    data = pickle.loads(path.read_bytes())
-    if data.get("token") != token:
+    try:
+        if not path.exists():
+            return False
+        data = pickle.loads(path.read_bytes())
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError) as exc:
+        # permissions (a child that set umask 0o777), a truncated file, a full disk...
+        res.outcome = "error"
+        res.message = (f"the child's result file {path} could not be read "
+                       f"({type(exc).__name__}: {exc}): the child ended, its result is lost")
+        return True
+    if not isinstance(data, dict) or data.get("token") != token:
         return False
     kind = data["kind"]
     res.outcome = kind
@@ -326,8 +333,10 @@ def isolate(
             res.outcome = "timeout"
             res.stack = _request_stack(handle.pid, workdir)
             tracked.update((p.pid, p) for p in reaper.descendants(handle.pid))
-            reaper.end_session(handle.pid, list(tracked.values()))
+            ended = reaper.end_session(handle.pid, list(tracked.values()))
             rc = handle.wait(reaper.TERM_GRACE_S)
+            if ended.get(handle.pid) is not None:  # the reaper collected our own child
+                rc = ended[handle.pid]
         res.exitcode = rc
         if rc is not None and rc < 0:
             res.signal = -rc

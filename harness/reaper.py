@@ -68,26 +68,34 @@ def descendants(pid: int) -> list[psutil.Process]:
 
 
 def end_session(sid: int, extra: list[psutil.Process] | None = None,
-                grace: float = TERM_GRACE_S) -> list[int]:
-    """SIGTERM every member, wait ``grace`` seconds, SIGKILL the rest; return pids ended."""
+                grace: float = TERM_GRACE_S) -> dict[int, int | None]:
+    """SIGTERM every member, wait ``grace`` seconds, SIGKILL the rest. Returns each ended
+    pid with its exit status where this process collected it (our own children: Popen-style,
+    negative for a signal), else None: a caller's own ``wait`` would then find nothing."""
     procs = members(sid, extra)
     if not procs:
-        return []
+        return {}
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGTERM)
-    _gone, alive = psutil.wait_procs(procs, timeout=grace)
+    gone, alive = psutil.wait_procs(procs, timeout=grace)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(alive, timeout=grace)
+    gone += psutil.wait_procs(alive, timeout=grace)[0]
     # Members that were forking while we signalled may have left new ones behind.
     late = members(sid)
     for proc in late:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(late, timeout=grace)
-    return [p.pid for p in procs + late]
+    gone += psutil.wait_procs(late, timeout=grace)[0]
+    status = {p.pid: None for p in procs + late}
+    status.update({p.pid: _status(getattr(p, "returncode", None)) for p in gone})
+    return status
+
+
+def _status(code: int | None) -> int | None:
+    return None if code is None else int(code)
 
 
 def end_all_live(grace: float = 1.0) -> None:

@@ -287,3 +287,40 @@ def test_unknown_method_is_a_clear_error() -> None:
 def test_unpicklable_argument_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match="cannot send .* to an isolated child"):
         run_isolated(double, threading.Lock())
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_child_killed_at_timeout_records_the_signal_that_ended_it(method: str) -> None:
+    """The reaper collects a spawned child's status while ending its session: the status
+    recorded is still the real one (it was 0 when the reaper's wait consumed it)."""
+    res = isolate(time.sleep, (60,), timeout=0.5, method=method)
+    assert res.outcome == "timeout"
+    assert res.exitcode in (-signal.SIGTERM, -signal.SIGKILL), res.exitcode
+    assert res.signal == -res.exitcode
+
+
+def test_a_result_file_that_cannot_be_read_is_an_isolation_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Permissions (a child that set umask 0o777, as a non-root user), a truncated file, a
+    full disk: the parent's read fails, and that is a ChildError naming the cause."""
+    real = Path.read_bytes
+
+    def unreadable(self: Path) -> bytes:
+        if self.name == "result.pkl":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", unreadable)
+    with pytest.raises(ChildError) as caught:
+        run_isolated(int, "5", method="forkserver")
+    assert "result.pkl could not be read (PermissionError: [Errno 13] Permission denied" \
+        in str(caught.value)
+    assert isinstance(caught.value, IsolationError)
+
+
+def test_a_truncated_result_file_is_an_isolation_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: real(self)[:10]
+                        if self.name == "result.pkl" else real(self))
+    with pytest.raises(ChildError, match=r"could not be read \((EOFError|UnpicklingError)"):
+        run_isolated(int, "5", method="spawn")
