@@ -24,10 +24,11 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from harness import workdirs
 
 DEFAULT_PRELOAD = ("torch", "pytest", "harness")
 START_TIMEOUT_S = 180.0
@@ -201,7 +202,7 @@ class ForkServerLauncher:
 
     def __init__(self, preload: tuple[str, ...] = DEFAULT_PRELOAD) -> None:
         self.preload = tuple(preload)
-        self._dir = tempfile.mkdtemp(prefix="npu-regress-fs-")
+        self._dir = str(workdirs.make("fs"))
         self.sock_path = os.path.join(self._dir, "sock")
         from harness.isolation import PACKAGE_ROOT as package_root
         code = (

@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import types
 import warnings
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import cloudpickle
 import psutil
 
-from harness import reaper
+from harness import reaper, workdirs
 from harness.child import STACK_SIGNAL
 from harness.result import IsolatedResult
 
@@ -305,7 +304,7 @@ def isolate(
         {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs or {}),
          "contexts": dict(contexts or {})}
     )
-    workdir = Path(tempfile.mkdtemp(prefix="npu-regress-"))
+    workdir = workdirs.make("run")
     res = IsolatedResult(method=launcher.name, timeout=timeout)
     handle: ChildHandle | None = None
     tracked: dict[int, psutil.Process] = {}

@@ -324,3 +324,65 @@ def test_a_truncated_result_file_is_an_isolation_error(monkeypatch: pytest.Monke
                         if self.name == "result.pkl" else real(self))
     with pytest.raises(ChildError, match=r"could not be read \((EOFError|UnpicklingError)"):
         run_isolated(int, "5", method="spawn")
+
+
+def test_a_new_session_removes_only_the_folders_of_gone_processes(tmp_path: Path) -> None:
+    """Work and socket folders of a process that is gone (a SIGKILLed pytest) are removed;
+    those of live processes, and other names, stay."""
+    from harness import workdirs
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale_run = tmp_path / f"npu-regress-run-{dead.pid}-abc"
+    stale_fs = tmp_path / f"npu-regress-fs-{dead.pid}-def"
+    live = tmp_path / f"npu-regress-run-{os.getppid()}-ghi"
+    mine = tmp_path / f"npu-regress-fs-{os.getpid()}-jkl"
+    other = tmp_path / "npu-regress-verl-xyz"
+    for folder in (stale_run, stale_fs, live, mine, other):
+        folder.mkdir()
+        (folder / "sock").write_text("")
+    assert sorted(workdirs.remove_stale(tmp_path)) == sorted([stale_run, stale_fs])
+    assert [p.exists() for p in (stale_run, stale_fs, live, mine, other)] == [
+        False, False, True, True, True]
+
+
+def test_work_folders_name_their_owner() -> None:
+    from harness import workdirs
+
+    folder = workdirs.make("run")
+    try:
+        assert workdirs.owner(folder) == os.getpid()
+    finally:
+        folder.rmdir()
+
+
+def test_folders_left_by_a_sigkilled_run_are_removed_by_the_next(tmp_path: Path) -> None:
+    import glob
+    import tempfile
+
+    import psutil
+
+    tmp = tempfile.gettempdir()
+    victim = subprocess.Popen([sys.executable, "-c", (
+        "import time, harness; harness.run_isolated(time.sleep, 120, method='forkserver', "
+        "timeout=300)")], cwd=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(f"{tmp}/npu-regress-run-{victim.pid}-*"):
+            assert time.monotonic() < deadline, "the victim never started its child"
+            time.sleep(0.2)
+        victim.kill()
+        victim.wait()
+        left = glob.glob(f"{tmp}/npu-regress-*-{victim.pid}-*")
+        assert len(left) == 2  # its child's work folder and its forkserver's socket folder
+        subprocess.run([sys.executable, "-c", "import harness; harness.run_isolated(int, '1')"],
+                       check=True, timeout=120)
+        assert glob.glob(f"{tmp}/npu-regress-*-{victim.pid}-*") == []
+    finally:
+        victim.kill()
+        victim.wait()
+        # what the killed run left running (its forkserver and the sleeping child, whose
+        # command lines name the forkserver's folder): ours to end
+        for proc in psutil.process_iter(["cmdline"]):
+            if any(f"npu-regress-fs-{victim.pid}-" in part for part in proc.info["cmdline"] or []):
+                proc.kill()
