@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,12 +173,16 @@ def _readline(conn: socket.socket) -> bytes:
 # --- parent side ------------------------------------------------------------------------
 
 class _ForkedHandle:
-    def __init__(self, conn: socket.socket, pid: int, rest: bytes = b"") -> None:
+    def __init__(self, conn: socket.socket, pid: int, rest: bytes = b"",
+                 server: ForkServerLauncher | None = None) -> None:
         self.conn = conn
         self.pid = pid
         self._rc: int | None = None
         # a child that ends at once: its status can arrive in the same read as its pid
         self._buf = rest
+        self.server = server
+        #: how the server died while this child ran ("pid 123, killed by SIGKILL"), or None
+        self.server_died: str | None = None
 
     def wait(self, timeout: float | None) -> int | None:
         if self._rc is not None:
@@ -186,8 +191,10 @@ class _ForkedHandle:
         try:
             while b"\n" not in self._buf:
                 chunk = self.conn.recv(4096)
-                if not chunk:  # the server died: the child died with it
+                if not chunk:  # the server died: its children die with it (or are ended)
                     self._rc = -signal.SIGKILL
+                    if self.server is not None:
+                        self.server_died = self.server.ended(wait=2.0)
                     return self._rc
                 self._buf += chunk
         except (TimeoutError, BlockingIOError):
@@ -252,6 +259,18 @@ class ForkServerLauncher:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def ended(self, wait: float = 0.0) -> str:
+        """How the server process ended, for messages: ``pid 123, killed by SIGKILL``."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(wait)
+        rc = self.proc.returncode
+        if rc is None:
+            return f"pid {self.proc.pid}, still running but not answering"
+        if rc < 0:
+            with contextlib.suppress(ValueError):
+                return f"pid {self.proc.pid}, killed by {signal.Signals(-rc).name}"
+        return f"pid {self.proc.pid}, exit code {rc}"
+
     def start(self, workdir: Path, env: dict[str, str], cwd: str) -> _ForkedHandle:
         self.ensure_ready()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -259,7 +278,7 @@ class ForkServerLauncher:
         req = {"workdir": str(workdir), "env": env, "cwd": cwd}
         conn.sendall(json.dumps(req).encode() + b"\n")
         line, rest = _readline(conn).split(b"\n", 1)
-        return _ForkedHandle(conn, int(json.loads(line)["pid"]), rest)
+        return _ForkedHandle(conn, int(json.loads(line)["pid"]), rest, self)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -268,6 +287,55 @@ class ForkServerLauncher:
         with contextlib.suppress(OSError):
             os.unlink(self.sock_path)
             os.rmdir(self._dir)
+
+
+class ReplacingForkServer:
+    """A forkserver launcher that outlives its server: when the server dies (an OOM kill, a
+    stray ``kill -9``), the next child gets a new one, with one warning naming the dead
+    server. If the replacement dies too, ``allow_spawn`` (``--isolation auto``) goes on with
+    spawn and says so; otherwise every later start raises ``ForkServerUnavailable`` with
+    the reason (explicit ``--isolation forkserver``)."""
+
+    def __init__(self, factory: Callable[[], ForkServerLauncher], *, allow_spawn: bool,
+                 warn: Callable[[str], None]) -> None:
+        self._factory = factory
+        self._allow_spawn = allow_spawn
+        self._warn = warn
+        self.server = factory()
+        self._deaths: list[str] = []
+        self._spawn: Any = None
+
+    @property
+    def name(self) -> str:
+        return "spawn" if self._spawn is not None else "forkserver"
+
+    def ensure_ready(self) -> None:
+        self.server.ensure_ready()
+
+    def start(self, workdir: Path, env: dict[str, str], cwd: str) -> Any:
+        if self._spawn is not None:
+            return self._spawn.start(workdir, env, cwd)
+        if self.server._ready and not self.server.alive():
+            self._deaths.append(self.server.ended())
+            self.server.close()
+            if len(self._deaths) >= 2:
+                why = (f"the forkserver died ({self._deaths[0]}), and its replacement too "
+                       f"({self._deaths[-1]})")
+                if not self._allow_spawn:
+                    raise ForkServerUnavailable(why)
+                from harness.isolation import SpawnLauncher
+
+                self._warn(f"{why}: isolating with spawn from now on")
+                self._spawn = SpawnLauncher()
+                return self._spawn.start(workdir, env, cwd)
+            self.server = self._factory()
+            self.server.ensure_ready()
+            self._warn(f"the forkserver died ({self._deaths[-1]}); started a new one "
+                       f"(pid {self.server.proc.pid})")
+        return self.server.start(workdir, env, cwd)
+
+    def close(self) -> None:
+        self.server.close()
 
 
 _servers: dict[tuple[tuple[str, ...], int], ForkServerLauncher] = {}

@@ -342,6 +342,11 @@ def isolate(
         if res.outcome != "timeout" and not _load_result(workdir, token, res):
             res.outcome = "crashed"
             res.stack = _read_tail(workdir / "crash.txt")
+            died = getattr(handle, "server_died", None)
+            if died:  # not the child's doing: say whose
+                res.outcome = "error"
+                res.message = (f"the forkserver that started this child died while it ran "
+                               f"({died}); the child was ended with it")
         res.stdout = _read_tail(workdir / "stdout")
         res.stderr = _read_tail(workdir / "stderr")
         return res

@@ -30,7 +30,12 @@ from harness.devices import (
     pinning_env,
     thread_budget_env,
 )
-from harness.forkserver import DEFAULT_PRELOAD, ForkServerLauncher, ForkServerUnavailable
+from harness.forkserver import (
+    DEFAULT_PRELOAD,
+    ForkServerLauncher,
+    ForkServerUnavailable,
+    ReplacingForkServer,
+)
 from harness.hardware import NpuVersions, detect_in_child, parse_version
 from harness.isolation import Launcher, child_contexts, isolate, resolve_launcher
 from harness.result import IsolatedResult
@@ -54,7 +59,7 @@ class HarnessSession:
     preload: tuple[str, ...] = DEFAULT_PRELOAD
     worker_id: str | None = None
     _launcher: Launcher | None = field(default=None, repr=False)
-    _server: ForkServerLauncher | None = field(default=None, repr=False)
+    _server: ReplacingForkServer | None = field(default=None, repr=False)
     _previous_sigterm: Any = field(default=None, repr=False)
 
     def launcher(self) -> Launcher:
@@ -74,10 +79,13 @@ class HarnessSession:
         self._launcher = launcher
         return launcher
 
-    def _own_server(self) -> ForkServerLauncher:
-        """This session's server (closed with the session, unlike the shared one)."""
+    def _own_server(self) -> ReplacingForkServer:
+        """This session's server (closed with the session, unlike the shared one), replaced
+        if it dies (``ReplacingForkServer``)."""
         if self._server is None:
-            self._server = ForkServerLauncher(self.preload)
+            self._server = ReplacingForkServer(
+                lambda: ForkServerLauncher(self.preload), allow_spawn=self.method == "auto",
+                warn=lambda message: warnings.warn(HarnessWarning(message), stacklevel=1))
         self._server.ensure_ready()
         return self._server
 

@@ -216,3 +216,57 @@ def test_interrupted_pytest_ends_running_children(tmp_path: Path, sig: signal.Si
         if proc.poll() is None:
             proc.kill()
     assert_gone(pids)
+
+
+KILLS_ITS_FORKSERVER = """
+import os, signal, time
+
+def kill_my_forkserver():
+    os.kill(os.getppid(), signal.SIGKILL)  # a forked child's parent is the forkserver
+    time.sleep(60)
+
+def test_a_kills(run_on_npu):
+    run_on_npu(kill_my_forkserver)
+
+def test_b_{second}(run_on_npu):
+    {body}
+
+def test_c_after(run_on_npu):
+    assert run_on_npu(int, "3").value == 3
+"""
+
+
+@pytest.mark.parametrize("method", ["auto", "forkserver"])
+def test_a_dead_forkserver_is_named_and_replaced(pytester: pytest.Pytester, method: str) -> None:
+    """kill -9 of the forkserver mid-session: the test in flight fails naming it, the next
+    test gets a new server (one warning), and the session goes on."""
+    pytester.makepyfile(KILLS_ITS_FORKSERVER.format(
+        second="passes", body='assert run_on_npu(int, "2").value == 2'))
+    result = pytester.runpytest("--isolation", method, "-p", "no:cacheprovider", "-W",
+                                "default")
+    result.assert_outcomes(failed=1, passed=2)
+    result.stdout.fnmatch_lines([
+        "*ChildError*the forkserver that started this child died while it ran (pid *, "
+        "killed by SIGKILL); the child was ended with it*",
+        "*HarnessWarning: the forkserver died (pid *, killed by SIGKILL); started a new one "
+        "(pid *)*"])
+
+
+@pytest.mark.parametrize("method", ["auto", "forkserver"])
+def test_a_replacement_that_dies_too(pytester: pytest.Pytester, method: str) -> None:
+    """auto goes on with spawn, saying so; an explicit forkserver fails each later test
+    with the reason."""
+    pytester.makepyfile(KILLS_ITS_FORKSERVER.format(
+        second="kills_again", body="run_on_npu(kill_my_forkserver)"))
+    result = pytester.runpytest("--isolation", method, "-p", "no:cacheprovider", "-W",
+                                "default")
+    if method == "auto":
+        result.assert_outcomes(failed=2, passed=1)
+        result.stdout.fnmatch_lines(["*HarnessWarning: the forkserver died (pid *), and its "
+                                     "replacement too (pid *): isolating with spawn from now "
+                                     "on*"])
+    else:
+        result.assert_outcomes(failed=3)
+        result.stdout.fnmatch_lines(["*ForkServerUnavailable: the forkserver died (pid *, "
+                                     "killed by SIGKILL), and its replacement too (pid *, "
+                                     "killed by SIGKILL)*"])
