@@ -134,6 +134,23 @@ def _record_exception(exc: BaseException, result: dict[str, Any]) -> None:
         result["exception"] = data
 
 
+#: how long before the parent's deadline the watchdog writes every thread's stack
+WATCHDOG_LEAD_S = 1.0
+
+
+def _arm_watchdog(stack_file: Any, deadline: float | None) -> None:
+    """faulthandler's own watchdog thread writes every thread's stack to ``stack.txt``
+    shortly before the parent's deadline (wall clock): timeout stacks then depend on no
+    signal that the code under test could take over (its own SIGUSR1 handler)."""
+    if deadline is None:
+        return
+    import time
+
+    delay = max(deadline - time.time() - WATCHDOG_LEAD_S, 0.5 * (deadline - time.time()))
+    if delay > 0:
+        faulthandler.dump_traceback_later(delay, repeat=False, file=stack_file, exit=False)
+
+
 def main(workdir: str) -> None:
     wd = Path(workdir)
     _die_with_parent()
@@ -142,6 +159,7 @@ def main(workdir: str) -> None:
         sys.stdout.reconfigure(line_buffering=True)
     meta = json.loads((wd / "meta.json").read_text())
     sys.path[:] = meta["sys_path"]
+    _arm_watchdog(keep[1], meta.get("deadline"))
     threads = os.environ.get("HARNESS_TORCH_THREADS")
     if threads and "torch" in sys.modules:  # forked from a server that imported torch
         with contextlib.suppress(Exception):

@@ -220,8 +220,11 @@ def _read_tail(path: Path, limit: int = OUTPUT_LIMIT) -> str:
 
 
 def _request_stack(pid: int, workdir: Path) -> str:
-    """Ask the child's faulthandler for every thread's stack and wait for it to be written."""
+    """Every thread's stack at the deadline: what the child's watchdog wrote just before it,
+    else asked for now through the child's faulthandler (and waited for)."""
     path = workdir / "stack.txt"
+    if path.exists() and path.stat().st_size:
+        return _read_tail(path)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, STACK_SIGNAL)
     deadline = time.monotonic() + STACK_WAIT_S
@@ -309,9 +312,10 @@ def isolate(
     handle: ChildHandle | None = None
     tracked: dict[int, psutil.Process] = {}
     try:
-        (workdir / "meta.json").write_text(
-            json.dumps({"sys_path": [p for p in sys.path if isinstance(p, str)], "token": token})
-        )
+        (workdir / "meta.json").write_text(json.dumps({
+            "sys_path": [p for p in sys.path if isinstance(p, str)], "token": token,
+            # wall clock: the child's watchdog writes the stacks just before it
+            "deadline": time.time() + timeout}))
         (workdir / "payload.pkl").write_bytes(payload)
         start = time.monotonic()
         handle = launcher.start(workdir, child_environ(env), cwd or os.getcwd())

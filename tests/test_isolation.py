@@ -386,3 +386,15 @@ def test_folders_left_by_a_sigkilled_run_are_removed_by_the_next(tmp_path: Path)
         for proc in psutil.process_iter(["cmdline"]):
             if any(f"npu-regress-fs-{victim.pid}-" in part for part in proc.info["cmdline"] or []):
                 proc.kill()
+
+
+def _sleeps_with_its_own_sigusr1_handler() -> None:
+    signal.signal(signal.SIGUSR1, lambda *_: None)  # the harness's stack signal, taken over
+    time.sleep(60)
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_timeout_stacks_do_not_depend_on_a_signal_the_child_can_take(method: str) -> None:
+    res = isolate(_sleeps_with_its_own_sigusr1_handler, timeout=3, method=method)
+    assert res.outcome == "timeout"
+    assert "in _sleeps_with_its_own_sigusr1_handler" in res.stack, res.stack
