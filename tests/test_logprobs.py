@@ -393,6 +393,11 @@ def test_hf_source_builds_without_a_download_and_pads_both_ways() -> None:
     assert [len(t) for t in tokens] == [3, 3] and all(lp.shape == (3,) for lp in lps)
     with pytest.raises(ValueError, match="padding='middle'"):
         HfSource(padding="middle")
+    qwen = HfSource(arch="qwen2")
+    assert qwen.name.startswith("hf Qwen2ForCausalLM(seed=0, float32, sdpa, right padding)")
+    assert [t.shape[0] for t in qwen.prefill(batch)] == [3, 1]
+    # seeded: the same weights, so the same bits, in another instance
+    assert torch.equal(right.prefill(batch)[0], HfSource(padding="right").prefill(batch)[0])
 
 
 def test_coverage_names_the_ops_outside_the_invariant_set() -> None:
