@@ -41,6 +41,31 @@ def _die_with_parent() -> None:
         pass
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Orphans below us (a setsid'd grandchild whose parent exited, a double-forked daemon)
+    are re-parented to us instead of init, so they stay our descendants (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def end_descendants() -> None:
+    """SIGKILL every process below this one, and reap them: with ``become_subreaper`` that
+    is everything started below us, whatever session it moved to."""
+    import psutil
+
+    try:
+        procs = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=2.0)
+
+
 def _arm_faulthandler(workdir: Path) -> list[Any]:
     crash = open(workdir / "crash.txt", "w")  # noqa: SIM115 - must outlive this function
     stack = open(workdir / "stack.txt", "w")  # noqa: SIM115
@@ -154,6 +179,7 @@ def _arm_watchdog(stack_file: Any, deadline: float | None) -> None:
 def main(workdir: str) -> None:
     wd = Path(workdir)
     _die_with_parent()
+    become_subreaper()
     keep = _arm_faulthandler(wd)  # noqa: F841 - the files must stay open
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)
@@ -193,6 +219,8 @@ def main(workdir: str) -> None:
     tmp.rename(wd / "result.pkl")
     sys.stdout.flush()
     sys.stderr.flush()
+    # Nothing fn started outlives it: end it before the parent hears that we ended.
+    end_descendants()
     # Skip interpreter teardown: threads fn left behind, or device runtimes that crash at
     # exit, must not turn a finished check into a hang; the result is already written.
     os._exit(0)

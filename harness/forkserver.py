@@ -99,9 +99,10 @@ def serve(sock_path: str, preload: list[str]) -> None:
     """Entry point of the server process; prints one JSON handshake line on stdout."""
     import importlib
 
-    from harness.child import _die_with_parent
+    from harness.child import _die_with_parent, become_subreaper, end_descendants
 
     _die_with_parent()
+    become_subreaper()
     try:
         for name in preload:
             importlib.import_module(name)
@@ -132,7 +133,8 @@ def serve(sock_path: str, preload: list[str]) -> None:
             with contextlib.suppress(BlockingIOError):
                 while os.read(wake_r, 512):
                     pass
-        while waiting:
+        ended: list[tuple[socket.socket, int]] = []
+        while True:  # our forked children, and orphans we adopted as their subreaper
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -141,10 +143,16 @@ def serve(sock_path: str, preload: list[str]) -> None:
                 break
             conn = waiting.pop(pid, None)
             if conn is not None:
-                with contextlib.suppress(OSError):
-                    conn.sendall(json.dumps({"status": os.waitstatus_to_exitcode(status)})
-                                 .encode() + b"\n")
-                conn.close()
+                ended.append((conn, os.waitstatus_to_exitcode(status)))
+        if ended and not waiting:
+            # no child in flight: every process still ours is an orphan a child left behind
+            # (a setsid'd or double-forked grandchild); end it before anyone hears the child
+            # ended
+            end_descendants()
+        for conn, code in ended:
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps({"status": code}).encode() + b"\n")
+            conn.close()
         if listener in ready:
             conn, _ = listener.accept()
             try:

@@ -398,3 +398,48 @@ def test_timeout_stacks_do_not_depend_on_a_signal_the_child_can_take(method: str
     res = isolate(_sleeps_with_its_own_sigusr1_handler, timeout=3, method=method)
     assert res.outcome == "timeout"
     assert "in _sleeps_with_its_own_sigusr1_handler" in res.stack, res.stack
+
+
+def _leave_a_setsid_sleeper(pidfile: str, end: str) -> None:
+    """Start a sleeper in a session of its own (as engine workers and daemons do), then end
+    at once: by returning, raising, or (``crash``) SIGKILL of this child."""
+    proc = subprocess.Popen(["sleep", "3011"], start_new_session=True)
+    Path(pidfile).write_text(str(proc.pid))
+    if end == "raise":
+        raise ValueError("ended by raising")
+    if end == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _leave_a_daemon(pidfile: str) -> None:
+    """Double fork: the middle process exits at once, the sleeper is nobody's child."""
+    subprocess.run([sys.executable, "-c", (
+        "import subprocess, pathlib; q = subprocess.Popen(['sleep', '3012'], "
+        "start_new_session=True, stdout=subprocess.DEVNULL); "
+        f"pathlib.Path({pidfile!r}).write_text(str(q.pid))")], check=True)
+
+
+@pytest.mark.parametrize("end", ["return", "raise"])
+def test_a_setsid_grandchild_does_not_outlive_a_child_that_ends_at_once(
+        method: str, end: str, tmp_path: Path) -> None:
+    """Before: the 1 s descendant poll never saw it, and it ran on."""
+    pidfile = tmp_path / "pid"
+    res = isolate(_leave_a_setsid_sleeper, (str(pidfile), end), method=method, timeout=60)
+    assert res.outcome == ("returned" if end == "return" else "raised")
+    assert_gone(read_pids(pidfile))
+
+
+def test_a_double_forked_daemon_does_not_outlive_its_child(method: str, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    isolate(_leave_a_daemon, (str(pidfile),), method=method, timeout=60)
+    assert_gone(read_pids(pidfile))
+
+
+def test_a_crashing_forkserver_child_leaves_no_setsid_grandchild(tmp_path: Path) -> None:
+    """The forkserver is the subreaper of its children: it adopts and ends what a crashed
+    child left (spawn's crash case is not covered yet: see the README)."""
+    pidfile = tmp_path / "pid"
+    res = isolate(_leave_a_setsid_sleeper, (str(pidfile), "crash"), method="forkserver",
+                  timeout=60)
+    assert res.outcome == "crashed" and res.signal == signal.SIGKILL
+    assert_gone(read_pids(pidfile))
