@@ -16,6 +16,7 @@ Child side only, once per process (``install()``): it changes global torch state
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.machinery
 import sys
 import types
@@ -221,3 +222,64 @@ def install() -> None:
     mode = _OntoStandin()
     mode.__enter__()
     _STATE.update(installed=True, mode=mode)
+
+
+# --- the rest of torch_npu's surface, for importing code that only names it ----------------
+
+class NotStoodIn(NotImplementedError):
+    """A torch_npu native symbol that the CPU stand-in does not compute."""
+
+
+def _native_symbol(prefix: str, name: str) -> Any:
+    """A class (for CamelCase names: annotations like ``NPUGraph | None`` must work) or a
+    callable whose call raises ``NotStoodIn`` naming the symbol."""
+    full = f"{prefix}.{name}"
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise NotStoodIn(f"{full} is native torch_npu code: the CPU stand-in does not run it")
+
+    if name[:1].isupper():
+        return type(name, (), {"__init__": refuse, "__module__": prefix})
+    refuse.__name__ = refuse.__qualname__ = name
+    return refuse
+
+
+def _answer_any_name(module: types.ModuleType) -> None:
+    def module_getattr(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _native_symbol(module.__name__, name)
+
+    module.__getattr__ = module_getattr  # type: ignore[method-assign]
+
+
+class _NativeSubmodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import torch_npu.<anything>``: a module whose every name is a native symbol."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name.startswith("torch_npu.") and name not in sys.modules:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        _answer_any_name(module)
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def stand_in_native_names() -> None:
+    """After ``install``: every other torch_npu name (and ``torch.npu`` name, and
+    ``torch_npu.*`` submodule) exists and raises ``NotStoodIn`` when used, so code that only
+    imports or annotates with them (vllm-ascend's modules, for the patch guard) can import on
+    CPU. Not for the switch checks, whose code paths must not see names that do not exist."""
+    install()
+    if _STATE.get("native_names"):
+        return
+    _answer_any_name(sys.modules["torch_npu"])
+    _answer_any_name(torch.npu)  # type: ignore[attr-defined]
+    sys.meta_path.insert(0, _NativeSubmodules())
+    _STATE["native_names"] = True

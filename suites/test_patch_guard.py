@@ -44,15 +44,24 @@ def _needs(patch: DeclaredPatch) -> None:
                     "--upstream installs the upstream set)")
 
 
-def _importable(patch: DeclaredPatch, got: dict[str, Any]) -> None:
-    """On a machine without an NPU, vllm-ascend modules beyond what the stand-in provides
-    cannot import: a skip naming the module. On an NPU it is a failure."""
+def _importable(patch: DeclaredPatch, got: dict[str, Any], record_property: Any,
+                *, applies: bool = False) -> None:
+    """Targets that do not import: on a machine without an NPU, because the CPU stand-in
+    lacks a native torch_npu piece (a skip naming it); otherwise a finding about the
+    installed releases, failed by ``test_applies`` (the other checks skip pointing to it)."""
     if "unimportable" not in got:
         return
-    if patch.standin and harness.device_kind() != "npu":
+    error = got["unimportable"]
+    if patch.standin and harness.device_kind() != "npu" and (
+            "torch_npu" in error or "NotStoodIn" in error):
         pytest.skip(f"{patch.name}: the targets do not import on the CPU stand-in device "
-                    f"({got['unimportable']}); the fingerprint report still reads them")
-    pytest.fail(f"{patch.name}: the targets do not import: {got['unimportable']}")
+                    f"({error}); the fingerprint report still reads them")
+    if not applies:
+        pytest.skip(f"{patch.name}: the targets do not import on {patch.releases()} "
+                    f"(test_applies fails: {error})")
+    record_property("release_finding", patch.releases())
+    pytest.fail(f"{patch.name}: the targets do not import on {patch.releases()}: {error}",
+                pytrace=False)
 
 
 def _finding(patch: DeclaredPatch, problems: list[str], record_property: Any) -> None:
@@ -61,18 +70,19 @@ def _finding(patch: DeclaredPatch, problems: list[str], record_property: Any) ->
     assert not problems, f"{patch.name} on {patch.releases()}:\n- " + "\n- ".join(problems)
 
 
-def _baseline(patch: DeclaredPatch, run_on_npu: Any) -> dict[str, Any]:
+def _baseline(patch: DeclaredPatch, run_on_npu: Any, record_property: Any,
+              *, applies: bool = False) -> dict[str, Any]:
     if patch.name not in _baselines:
         _baselines[patch.name] = run_on_npu(check_applies, patch).value
     got = _baselines[patch.name]
-    _importable(patch, got)
+    _importable(patch, got, record_property, applies=applies)
     return got
 
 
-def _applied(patch: DeclaredPatch, run_on_npu: Any) -> None:
+def _applied(patch: DeclaredPatch, run_on_npu: Any, record_property: Any) -> None:
     """Skip a check that needs the patch applied when the apply itself raises (its
     ``test_applies`` case fails with the reason)."""
-    got = _baseline(patch, run_on_npu)
+    got = _baseline(patch, run_on_npu, record_property)
     if got.get("raised"):
         pytest.skip(f"{patch.name} does not apply on {patch.releases()} (test_applies fails: "
                     f"{got['raised']})")
@@ -81,7 +91,7 @@ def _applied(patch: DeclaredPatch, run_on_npu: Any) -> None:
 @pytest.mark.parametrize("patch", PATCHES, ids=_ids)
 def test_applies(patch: DeclaredPatch, run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
     _needs(patch)
-    got = _baseline(patch, run_on_npu)
+    got = _baseline(patch, run_on_npu, record_property, applies=True)
     record_property("patch_guard", {"check": "applies", "raised": got.get("raised"),
                                     "targets": got["targets"]})
     _finding(patch, judge_applies(patch, got), record_property)
@@ -90,7 +100,7 @@ def test_applies(patch: DeclaredPatch, run_on_npu, record_property) -> None:  # 
 @pytest.mark.parametrize("patch", PATCHES, ids=_ids)
 def test_idempotent(patch: DeclaredPatch, run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
     _needs(patch)
-    _applied(patch, run_on_npu)
+    _applied(patch, run_on_npu, record_property)
     got = run_on_npu(check_idempotent, patch).value
     record_property("patch_guard", {"check": "idempotent", **got})
     _finding(patch, judge_idempotent(patch, got), record_property)
@@ -101,7 +111,7 @@ def test_propagates(patch: DeclaredPatch, run_on_npu, record_property) -> None: 
     _needs(patch)
     if patch.spawn_entry is None:
         pytest.skip(f"{patch.name} declares no spawn entry")
-    _applied(patch, run_on_npu)
+    _applied(patch, run_on_npu, record_property)
     got = run_on_npu(check_propagates, patch).value
     record_property("patch_guard", {"check": "propagates", **got})
     _finding(patch, judge_propagates(patch, got), record_property)
@@ -114,7 +124,7 @@ def test_propagates(patch: DeclaredPatch, run_on_npu, record_property) -> None: 
 def test_drift(patch: DeclaredPatch, target: str, kind: str, run_on_npu,  # type: ignore[no-untyped-def]
                record_property) -> None:
     _needs(patch)
-    _applied(patch, run_on_npu)
+    _applied(patch, run_on_npu, record_property)
     got = run_on_npu(check_drift, patch, target, kind).value
     record_property("patch_guard", {"check": "drift", "target": target, **got})
     _finding(patch, judge_drift(patch, target, got), record_property)
@@ -126,7 +136,7 @@ def test_drift(patch: DeclaredPatch, target: str, kind: str, run_on_npu,  # type
 def test_behaviour(patch: DeclaredPatch, behaviour: Any, run_on_npu,  # type: ignore[no-untyped-def]
                    record_property) -> None:
     _needs(patch)
-    _applied(patch, run_on_npu)
+    _applied(patch, run_on_npu, record_property)
     got = run_on_npu(check_behaviour, patch, behaviour).value
     problems, differ = judge_behaviour(behaviour, got)
     record_property("patch_guard", {"check": "behaviour", "target": behaviour.target,

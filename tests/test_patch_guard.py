@@ -174,3 +174,31 @@ def test_fingerprint_report_bad_previous_file(tmp_path: Path, capsys) -> None:  
     bad.write_text("{not json")
     assert main(["patches", "fingerprints", "--against", str(bad)]) == 2
     assert f"{bad}: not a fingerprint report" in capsys.readouterr().err
+
+
+def test_the_standin_names_every_native_symbol_and_runs_none() -> None:
+    """For the patch guard's imports of vllm-ascend: any torch_npu name exists (classes for
+    annotations), and using one raises naming it."""
+
+    def probe() -> tuple[str, str, str]:
+        import importlib
+
+        import torch
+
+        from harness import standin
+
+        standin.stand_in_native_names()
+        import torch_npu
+
+        graph = torch.npu.NPUGraph | None  # type: ignore[attr-defined]
+        module = importlib.import_module("torch_npu.contrib.function")
+        try:
+            torch_npu.npu_fusion_attention(1)
+        except standin.NotStoodIn as exc:
+            message = str(exc)
+        return repr(graph), module.__name__, message
+
+    graph, module, message = run_isolated(probe, method="forkserver").value
+    assert "NPUGraph" in graph and module == "torch_npu.contrib.function"
+    assert message == ("torch_npu.npu_fusion_attention is native torch_npu code: the CPU "
+                       "stand-in does not run it")

@@ -28,6 +28,8 @@ KNOWN_FINDINGS = {
         "verl 0.9.1 over vllm-ascend 0.23.0.post1",
     "suites/test_patch_guard.py::test_applies[verl-glm52-vllm-partial-wake-up]":
         "verl 0.9.1, vllm 0.33.0",
+    "suites/test_patch_guard.py::test_applies[verl-glm52-vllm-ascend]":
+        "verl 0.9.1, vllm-ascend 0.23.0.post1, vllm 0.33.0",
 }
 #: cases a CPU runner must be able to fail (not skipped): three times the 107 of the
 #: fake-only harness (issue 12)

@@ -47,7 +47,7 @@ def prepare(patch: DeclaredPatch) -> Callable[[], Any]:
     if patch.standin and harness.device_kind() != "npu":
         from harness import standin
 
-        standin.install()
+        standin.stand_in_native_names()
     import_upstream(split(patch.apply)[0], skip_inits=patch.skip_inits)
     apply: Callable[[], Any] = resolve(patch.apply)
     return apply
