@@ -279,7 +279,9 @@ def stand_in_native_names() -> None:
     install()
     if _STATE.get("native_names"):
         return
-    _answer_any_name(sys.modules["torch_npu"])
+    torch_npu = sys.modules["torch_npu"]
+    torch_npu.__path__ = []  # a package: its submodules come from _NativeSubmodules
+    _answer_any_name(torch_npu)
     _answer_any_name(torch.npu)  # type: ignore[attr-defined]
     sys.meta_path.insert(0, _NativeSubmodules())
     _STATE["native_names"] = True
