@@ -51,15 +51,48 @@ def become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
+def _descendants(pid: int) -> list[int] | None:
+    """Every pid below ``pid``, from the kernel's per-thread ``children`` lists (a few file
+    reads, where a scan of all of /proc costs milliseconds per check); None where the
+    kernel has no such lists."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+            except FileNotFoundError:
+                if parent == pid:
+                    return None
+                kids = []
+            except OSError:
+                kids = []
+            found.extend(kids)
+            todo.extend(kids)
+    return found
+
+
 def end_descendants() -> None:
     """SIGKILL every process below this one, and reap them: with ``become_subreaper`` that
     is everything started below us, whatever session it moved to."""
+    pids = _descendants(os.getpid())
+    if pids == []:
+        return
     import psutil
 
-    try:
-        procs = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return
+    procs: list[psutil.Process] = []
+    if pids is None:
+        with contextlib.suppress(psutil.Error):
+            procs = psutil.Process().children(recursive=True)
+    for pid in pids or ():
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.kill()
