@@ -85,6 +85,19 @@ class InvarianceReport:
     def equal(self) -> bool:
         return not self.mismatches
 
+    def compare(self, phase: str, batch_size: int, slot: str, position: int,
+                ref: torch.Tensor, got: torch.Tensor, detail: str = "") -> bool:
+        """Count one case and record a ``Mismatch`` unless ``got`` has ``ref``'s bits;
+        True if they differ."""
+        self.cases += 1
+        found = compare_bits(ref, got)
+        if found is None:
+            return False
+        first, max_abs, ulp, count = found
+        self.mismatches.append(Mismatch(phase, batch_size, slot, position, first, max_abs,
+                                        ulp, count, detail))
+        return True
+
     def table(self) -> str:
         """The mismatches as a fixed-width table (the failure message)."""
         if self.equal:
@@ -216,12 +229,7 @@ def check_batch_invariance(
                 phases.append(("decode", ref_decode,
                                lambda b=batch, p=pos: source.decode(b, decode_steps)[p]))
             for phase, ref, run in phases:
-                report.cases += 1
-                found = compare_bits(ref, run())
-                if found is not None:
-                    first, max_abs, ulp, count = found
-                    report.mismatches.append(Mismatch(phase, bs, slot, pos, first, max_abs,
-                                                      ulp, count))
+                if report.compare(phase, bs, slot, pos, ref, run()):
                     record_failing_pass(report, run)
     _check_padding(source, report, fillers[: max(batch_sizes) - 1] + [list(probe)])
     return report
@@ -240,19 +248,14 @@ def _check_padding(source: LogprobSource, report: InvarianceReport,
     if pad_id is None or len({len(s) for s in batch}) < 2:
         return
     ref = source.prefill(batch)
-    source.pad_id = OTHER_PAD_ID if pad_id != OTHER_PAD_ID else OTHER_PAD_ID + 1  # type: ignore[attr-defined]
+    other = OTHER_PAD_ID if pad_id != OTHER_PAD_ID else OTHER_PAD_ID + 1
+    source.pad_id = other  # type: ignore[attr-defined]
     try:
         got = source.prefill(batch)
     finally:
         source.pad_id = pad_id  # type: ignore[attr-defined]
     for pos, (a, b) in enumerate(zip(ref, got, strict=True)):
-        report.cases += 1
-        found = compare_bits(a, b)
-        if found is not None:
-            first, max_abs, ulp, count = found
-            report.mismatches.append(Mismatch("padding", len(batch), "all", pos, first,
-                                              max_abs, ulp, count,
-                                              f"pad id {pad_id} vs {OTHER_PAD_ID}"))
+        report.compare("padding", len(batch), "all", pos, a, b, f"pad id {pad_id} vs {other}")
 
 
 def record_failing_pass(report: InvarianceReport, run: Any) -> None:

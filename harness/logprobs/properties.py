@@ -18,11 +18,9 @@ from collections.abc import Sequence
 
 import torch
 
-from harness.logprobs import engine
 from harness.logprobs.engine import (
     InvarianceReport,
     LogprobSource,
-    Mismatch,
     SourceCannot,
     make_sequences,
     record_failing_pass,
@@ -52,14 +50,7 @@ def _report(source: LogprobSource, check: str, batch_sizes: Sequence[int], steps
 
 def _add(report: InvarianceReport, phase: str, bs: int, pos: int, ref: torch.Tensor,
          got: torch.Tensor, detail: str) -> bool:
-    report.cases += 1
-    found = engine.compare_bits(ref, got)
-    if found is None:
-        return False
-    first, max_abs, ulp, count = found
-    report.mismatches.append(Mismatch(phase, bs, slot_name(pos, bs), pos, first, max_abs, ulp,
-                                      count, detail))
-    return True
+    return report.compare(phase, bs, slot_name(pos, bs), pos, ref, got, detail)
 
 
 def check_decode_matches_prefill(source: LogprobSource, *,
