@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import functools
 import json
 import os
 import pickle
@@ -32,13 +33,16 @@ STACK_SIGNAL = signal.SIGUSR1
 _PR_SET_PDEATHSIG = 1
 
 
+@functools.cache
+def _libc() -> Any:
+    """This process's C library, loaded once (a forked child inherits the server's)."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _die_with_parent() -> None:
     """Ask the kernel to SIGKILL us if the parent dies (Linux), so a killed pytest leaks nothing."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -48,7 +52,7 @@ def become_subreaper() -> None:
     """Orphans below us (a setsid'd grandchild whose parent exited, a double-forked daemon)
     are re-parented to us instead of init, so they stay our descendants (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _descendants(pid: int) -> list[int] | None:
@@ -80,23 +84,27 @@ def _descendants(pid: int) -> list[int] | None:
 
 def end_descendants() -> None:
     """SIGKILL every process below this one, and reap them: with ``become_subreaper`` that
-    is everything started below us, whatever session it moved to."""
-    pids = _descendants(os.getpid())
-    if pids == []:
-        return
-    import psutil
+    is everything started below us, whatever session it moved to. Repeated while new
+    orphans appear (a process that forked while we killed its parent is adopted by us)."""
+    for _ in range(5):
+        pids = _descendants(os.getpid())
+        if pids == []:
+            return
+        import psutil
 
-    procs: list[psutil.Process] = []
-    if pids is None:
-        with contextlib.suppress(psutil.Error):
-            procs = psutil.Process().children(recursive=True)
-    for pid in pids or ():
-        with contextlib.suppress(psutil.Error):
-            procs.append(psutil.Process(pid))
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(procs, timeout=2.0)
+        procs: list[psutil.Process] = []
+        if pids is None:
+            with contextlib.suppress(psutil.Error):
+                procs = psutil.Process().children(recursive=True)
+        for pid in pids or ():
+            with contextlib.suppress(psutil.Error):
+                procs.append(psutil.Process(pid))
+        if not procs:
+            return
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(procs, timeout=2.0)
 
 
 def _arm_faulthandler(workdir: Path) -> list[Any]:

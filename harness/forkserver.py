@@ -1,6 +1,15 @@
-"""Warm isolation: a server that imported torch once forks each child at fork cost.
+"""The isolation server: every isolated child is started by one, which ends what it left.
 
-The server is a fresh interpreter (spawned, so the pytest process's state never leaks into
+Two kinds, one loop (``serve``). The forkserver imported torch once and forks each child at
+fork cost. The spawn supervisor imports nothing heavy and starts each child as a fresh
+interpreter (fork + exec): spawn's isolation, with the same containment. Either server is
+the child subreaper of everything below it, so orphans of a returned, raised or crashed
+child (a ``setsid``'d or double-forked grandchild) are re-parented to it and ended before
+the parent hears the child's status; and it reads a pipe from the process that started it,
+whose end (pytest SIGKILLed, an xdist worker gone) makes it end every descendant and exit:
+nothing depends on a signal pytest must still be alive to send.
+
+The forkserver is a fresh interpreter (spawned, so the pytest process's state never leaks into
 it) that imports the preload list and then verifies that no accelerator was initialised
 (a fork after CUDA or NPU init breaks the child). Each request forks one child, which
 becomes a session leader, takes the request's environment, cwd and output files, and runs
@@ -33,6 +42,9 @@ from harness import workdirs
 
 DEFAULT_PRELOAD = ("torch", "pytest", "harness")
 START_TIMEOUT_S = 180.0
+
+#: the folder holding the harness package, put on a fresh child's path before it imports us
+PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 class ForkServerUnavailable(RuntimeError):
@@ -99,9 +111,11 @@ def serve(sock_path: str, preload: list[str]) -> None:
     """Entry point of the server process; prints one JSON handshake line on stdout."""
     import importlib
 
-    from harness.child import _die_with_parent, become_subreaper, end_descendants
+    from harness.child import become_subreaper, end_descendants
 
-    _die_with_parent()
+    # No PR_SET_PDEATHSIG here: it would kill us before we end our descendants (and it
+    # fires when the *thread* that started us exits). Our parent's death reaches us as EOF
+    # on stdin instead.
     become_subreaper()
     try:
         for name in preload:
@@ -124,11 +138,17 @@ def serve(sock_path: str, preload: list[str]) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
     waiting: dict[int, socket.socket] = {}
+    execs: dict[int, subprocess.Popen[bytes]] = {}
     while True:
         try:
-            ready, _, _ = select.select([listener, wake_r], [], [])
+            ready, _, _ = select.select([listener, wake_r, 0], [], [])
         except InterruptedError:
             continue
+        if 0 in ready and not _read_or_eof(0):
+            # whoever started us is gone (SIGKILLed pytest, a dead xdist worker): nothing
+            # of the session may outlive it
+            end_descendants()
+            os._exit(0)
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 while os.read(wake_r, 512):
@@ -141,6 +161,9 @@ def serve(sock_path: str, preload: list[str]) -> None:
                 break
             if pid == 0:
                 break
+            spawned = execs.pop(pid, None)
+            if spawned is not None:
+                spawned.returncode = os.waitstatus_to_exitcode(status)  # reaped: never again
             conn = waiting.pop(pid, None)
             if conn is not None:
                 ended.append((conn, os.waitstatus_to_exitcode(status)))
@@ -160,11 +183,44 @@ def serve(sock_path: str, preload: list[str]) -> None:
             except (OSError, ValueError):
                 conn.close()
                 continue
-            pid = os.fork()
-            if pid == 0:
-                _child_after_fork(req, [listener, wake_r, wake_w, conn, *waiting.values()])
+            if "argv" in req:  # the spawn supervisor: a fresh interpreter
+                try:
+                    proc = _exec_child(req)
+                except OSError as exc:
+                    with contextlib.suppress(OSError):
+                        conn.sendall(json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+                                     .encode() + b"\n")
+                    conn.close()
+                    continue
+                pid = proc.pid
+                execs[pid] = proc
+            else:
+                pid = os.fork()
+                if pid == 0:
+                    _child_after_fork(req, [listener, wake_r, wake_w, conn,
+                                            *waiting.values()])
             waiting[pid] = conn
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+
+def _read_or_eof(fd: int) -> bool:
+    """Drain what is readable on ``fd``; False at end of file (or a broken pipe)."""
+    try:
+        return bool(os.read(fd, 4096))
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def _exec_child(req: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Start ``req["argv"]`` as a session leader with the request's env, cwd and output
+    files (spawn isolation, from the supervisor)."""
+    workdir = Path(req["workdir"])
+    with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
+        return subprocess.Popen(
+            req["argv"], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=req["env"],
+            cwd=req["cwd"], start_new_session=True, close_fds=True)
 
 
 def _readline(conn: socket.socket) -> bytes:
@@ -219,7 +275,7 @@ class ForkServerLauncher:
         self.preload = tuple(preload)
         self._dir = str(workdirs.make("fs"))
         self.sock_path = os.path.join(self._dir, "sock")
-        from harness.isolation import PACKAGE_ROOT as package_root
+        package_root = PACKAGE_ROOT
         code = (
             f"import sys; sys.path.insert(0, {package_root!r}); "
             "from harness.forkserver import serve; "
@@ -228,7 +284,8 @@ class ForkServerLauncher:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in [package_root, *sys.path] if isinstance(p, str) and p))
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            # stdin: a pipe we never write; its end tells the server we are gone
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env=env, start_new_session=True,
         )
         self._error: str | None = None
@@ -279,16 +336,30 @@ class ForkServerLauncher:
                 return f"pid {self.proc.pid}, killed by {signal.Signals(-rc).name}"
         return f"pid {self.proc.pid}, exit code {rc}"
 
-    def start(self, workdir: Path, env: dict[str, str], cwd: str) -> _ForkedHandle:
+    def start(self, workdir: Path, env: dict[str, str], cwd: str,
+              argv: list[str] | None = None) -> _ForkedHandle:
+        """A child forked from the server, or ``argv`` started by it (spawn)."""
         self.ensure_ready()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.sock_path)
-        req = {"workdir": str(workdir), "env": env, "cwd": cwd}
+        req: dict[str, Any] = {"workdir": str(workdir), "env": env, "cwd": cwd}
+        if argv is not None:
+            req["argv"] = argv
         conn.sendall(json.dumps(req).encode() + b"\n")
         line, rest = _readline(conn).split(b"\n", 1)
-        return _ForkedHandle(conn, int(json.loads(line)["pid"]), rest, self)
+        answer = json.loads(line)
+        if "error" in answer:
+            conn.close()
+            raise OSError(f"the isolation server could not start the child: {answer['error']}")
+        return _ForkedHandle(conn, int(answer["pid"]), rest, self)
 
     def close(self) -> None:
+        if self.proc.poll() is None:
+            # EOF first: the server ends its descendants (what a child left) and exits
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(2.0)
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -331,8 +402,6 @@ class ReplacingForkServer:
                        f"({self._deaths[-1]})")
                 if not self._allow_spawn:
                     raise ForkServerUnavailable(why)
-                from harness.isolation import SpawnLauncher
-
                 self._warn(f"{why}: isolating with spawn from now on")
                 self._spawn = SpawnLauncher()
                 return self._spawn.start(workdir, env, cwd)
@@ -344,6 +413,53 @@ class ReplacingForkServer:
 
     def close(self) -> None:
         self.server.close()
+
+
+class _PopenHandle:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+
+    def wait(self, timeout: float | None) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def spawn_argv(workdir: Path) -> list[str]:
+    """The command line of a spawned child for ``workdir``."""
+    return [sys.executable, "-c", (f"import sys; sys.path.insert(0, {PACKAGE_ROOT!r}); "
+                                   f"from harness.child import main; main({str(workdir)!r})")]
+
+
+class SpawnLauncher:
+    """A fresh interpreter per child: slowest, and the only choice once a device is live here.
+
+    Started by this process's spawn supervisor (a light isolation server: no preload), which
+    contains what the child leaves behind; directly, with a warning, if no supervisor can
+    run here."""
+
+    name = "spawn"
+    _warned = False
+
+    def start(self, workdir: Path, env: dict[str, str], cwd: str) -> Any:
+        try:
+            return get_forkserver_launcher(()).start(workdir, env, cwd, spawn_argv(workdir))
+        except ForkServerUnavailable as exc:
+            if not SpawnLauncher._warned:
+                SpawnLauncher._warned = True
+                import warnings
+
+                warnings.warn(f"npu-regress: the spawn supervisor is unavailable ({exc}): "
+                              "children start directly, and what a crashed child or a "
+                              "SIGKILLed pytest leaves behind may survive", RuntimeWarning,
+                              stacklevel=2)
+        with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
+            proc = subprocess.Popen(spawn_argv(workdir), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=err, env=env, cwd=cwd, start_new_session=True,
+                                    close_fds=True)
+        return _PopenHandle(proc)
 
 
 _servers: dict[tuple[tuple[str, ...], int], ForkServerLauncher] = {}

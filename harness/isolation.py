@@ -22,7 +22,6 @@ import pickle
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import types
@@ -37,6 +36,13 @@ import psutil
 
 from harness import reaper, workdirs
 from harness.child import STACK_SIGNAL
+from harness.forkserver import (  # noqa: F401 - SpawnLauncher, PACKAGE_ROOT: re-exported
+    PACKAGE_ROOT,
+    ForkServerUnavailable,
+    SpawnLauncher,
+    _PopenHandle,
+    get_forkserver_launcher,
+)
 from harness.result import IsolatedResult
 
 if TYPE_CHECKING:
@@ -50,9 +56,6 @@ STACK_WAIT_S = 3.0
 TRACK_INTERVAL_S = 1.0
 #: methods ``run_isolated`` accepts
 METHODS = ("spawn", "forkserver", "auto")
-
-#: the folder holding the harness package, put on a fresh child's path before it imports us
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 class ChildHandle(Protocol):
@@ -68,42 +71,6 @@ class Launcher(Protocol):
     def start(self, workdir: Path, env: dict[str, str], cwd: str) -> ChildHandle: ...
 
 
-class _PopenHandle:
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-        self.pid = proc.pid
-
-    def wait(self, timeout: float | None) -> int | None:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-
-class SpawnLauncher:
-    """A fresh interpreter per child: slowest, and the only choice once a device is live here."""
-
-    name = "spawn"
-
-    def start(self, workdir: Path, env: dict[str, str], cwd: str) -> ChildHandle:
-        code = (
-            f"import sys; sys.path.insert(0, {PACKAGE_ROOT!r}); "
-            f"from harness.child import main; main({str(workdir)!r})"
-        )
-        with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", code],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                close_fds=True,
-            )
-        return _PopenHandle(proc)
-
-
 _auto_warned = False
 
 
@@ -116,8 +83,6 @@ def resolve_launcher(method: str, forkserver: Callable[[], Launcher]
         return SpawnLauncher(), None
     if method not in ("forkserver", "auto"):
         raise ValueError(f"unknown isolation method {method!r}: use one of {', '.join(METHODS)}")
-    from harness.forkserver import ForkServerUnavailable
-
     try:
         return forkserver(), None
     except ForkServerUnavailable as exc:
@@ -130,8 +95,6 @@ def get_launcher(method: str) -> Launcher:
     """``resolve_launcher`` with this process's shared forkserver (default preload); an
     ``auto`` fallback warns once per process."""
     global _auto_warned
-    from harness.forkserver import get_forkserver_launcher
-
     launcher, why = resolve_launcher(method, get_forkserver_launcher)
     if why and not _auto_warned:
         _auto_warned = True
@@ -349,7 +312,8 @@ def isolate(
             died = getattr(handle, "server_died", None)
             if died:  # not the child's doing: say whose
                 res.outcome = "error"
-                res.message = (f"the forkserver that started this child died while it ran "
+                server = "spawn supervisor" if launcher.name == "spawn" else "forkserver"
+                res.message = (f"the {server} that started this child died while it ran "
                                f"({died}); the child was ended with it")
         res.stdout = _read_tail(workdir / "stdout")
         res.stderr = _read_tail(workdir / "stderr")

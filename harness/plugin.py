@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -232,6 +233,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[SESSION_KEY] = session
     _install_sigterm(session)
+    if workerinput is not None:
+        _end_with_controller()
     config.pluginmanager.register(WholeTestIsolation(session), "npu_regress_whole_test")
 
 
@@ -303,6 +306,26 @@ def _install_sigterm(session: HarnessSession) -> None:
 
     signal.signal(signal.SIGTERM, on_sigterm)
     session._previous_sigterm = previous
+
+
+#: how often an xdist worker checks that its controller is still alive
+CONTROLLER_POLL_S = 0.25
+
+
+def _end_with_controller() -> None:
+    """An xdist worker whose controller died (SIGKILL, OOM, a lost node) would otherwise run
+    its test to the end, for up to the isolation timeout. Exit instead: the isolation
+    servers see our pipe close and end every child and what it started."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(CONTROLLER_POLL_S)
+        with contextlib.suppress(Exception):
+            reaper.end_all_live(grace=0.5)  # children started without a supervisor
+        os._exit(1)
+
+    threading.Thread(target=watch, name="npu-regress-controller-watch", daemon=True).start()
 
 
 atexit.register(reaper.end_all_live)

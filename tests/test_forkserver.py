@@ -104,11 +104,18 @@ def test_explicit_forkserver_fails_with_the_reason(pytester: pytest.Pytester) ->
 
 
 def test_spawn_session_never_starts_a_server(pytester: pytest.Pytester) -> None:
+    """A spawn session's children come from the spawn supervisor (a server that preloaded
+    nothing, started by this pytest), never from a torch-preloading forkserver."""
     pytester.makepyfile(
         """
-        import os
+        import os, psutil
+        def parent():
+            me = psutil.Process()
+            return me.parent().cmdline(), me.parent().parent().pid
         def test_a(run_on_npu):
-            assert run_on_npu(os.getppid).value == os.getpid()
+            cmdline, grandparent = run_on_npu(parent).value
+            assert grandparent == os.getpid()
+            assert "serve(" in cmdline[-1] and cmdline[-1].endswith(", [])"), cmdline
         """
     )
     pytester.runpytest("--isolation", "spawn").assert_outcomes(passed=1)

@@ -435,11 +435,11 @@ def test_a_double_forked_daemon_does_not_outlive_its_child(method: str, tmp_path
     assert_gone(read_pids(pidfile))
 
 
-def test_a_crashing_forkserver_child_leaves_no_setsid_grandchild(tmp_path: Path) -> None:
-    """The forkserver is the subreaper of its children: it adopts and ends what a crashed
-    child left (spawn's crash case is not covered yet: see the README)."""
+def test_a_crashing_child_leaves_no_setsid_grandchild(method: str, tmp_path: Path) -> None:
+    """The isolation server (forkserver or spawn supervisor) is the subreaper of its
+    children: it adopts and ends what a crashed child left, before reporting the crash."""
     pidfile = tmp_path / "pid"
-    res = isolate(_leave_a_setsid_sleeper, (str(pidfile), "crash"), method="forkserver",
+    res = isolate(_leave_a_setsid_sleeper, (str(pidfile), "crash"), method=method,
                   timeout=60)
     assert res.outcome == "crashed" and res.signal == signal.SIGKILL
     assert_gone(read_pids(pidfile))
