@@ -28,6 +28,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+_HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
 #: SIGUSR1 asks the child for its stacks (parent side: ``harness.isolation``).
 STACK_SIGNAL = signal.SIGUSR1
 _PR_SET_PDEATHSIG = 1
@@ -177,8 +179,12 @@ def execute(payload: dict[str, Any], result: dict[str, Any]) -> None:
 
 
 def _record_exception(exc: BaseException, result: dict[str, Any]) -> None:
-    # drop our own frame (execute) so the traceback starts in the user's code
-    frames = exc.__traceback__.tb_next if exc.__traceback__ else None
+    # drop our own frames (execute, a whole test's runner) so the traceback starts in the
+    # user's code
+    frames = exc.__traceback__
+    while frames is not None and frames.tb_frame.f_code.co_filename.startswith(_HARNESS_DIR):
+        frames = frames.tb_next
+    frames = frames or exc.__traceback__
     tb = "".join(traceback.format_exception(type(exc), exc, frames))
     outcome = _outcome_of(exc)
     if outcome is not None:

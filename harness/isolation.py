@@ -103,15 +103,19 @@ def get_launcher(method: str) -> Launcher:
     return launcher
 
 
-def child_environ(env: Mapping[str, str | None] | None) -> dict[str, str]:
-    """The parent's environment with ``env`` applied (None removes a variable)."""
+def child_environ(env: Mapping[str, str | None] | None, mark_child: bool = True
+                  ) -> dict[str, str]:
+    """The parent's environment with ``env`` applied (None removes a variable), and
+    ``HARNESS_CHILD=1`` unless ``mark_child`` is false (a whole test that asked for no
+    device sees exactly the parent's environment)."""
     out = dict(os.environ)
     for key, value in (env or {}).items():
         if value is None:
             out.pop(key, None)
         else:
             out[key] = str(value)
-    out["HARNESS_CHILD"] = "1"
+    if mark_child:
+        out["HARNESS_CHILD"] = "1"
     return out
 
 
@@ -148,15 +152,20 @@ class _Pickler(cloudpickle.Pickler):
     )
 
 
+def dumps(obj: Any) -> bytes:
+    """cloudpickle ``obj`` as the child will load it (code objects keep their file)."""
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
 def dump_payload(payload: dict[str, Any]) -> bytes:
     """cloudpickle the payload, with a clear error naming what cannot travel."""
     modules = _by_value_modules(payload["fn"])
     for module in modules:
         cloudpickle.register_pickle_by_value(module)
     try:
-        buf = io.BytesIO()
-        _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(payload)
-        return buf.getvalue()
+        return dumps(payload)
     except Exception as exc:
         raise TypeError(
             f"cannot send {payload['fn']!r} and its arguments to an isolated child: {exc}. "
@@ -257,12 +266,14 @@ def isolate(
     contexts: Mapping[str, Callable[[], AbstractContextManager[Any]]] | None = None,
     cwd: str | None = None,
     launcher: Launcher | None = None,
+    mark_child: bool = True,
 ) -> IsolatedResult:
     """Run ``fn(*args, **kwargs)`` once in a fresh process; never raises for how it ended.
 
     ``contexts`` are entered in the child around fn; what each yields (filled in by the time
     it exits) comes back in ``result.extras`` under its key (``events`` -> ``result.events``).
-    ``launcher`` (the plugin's own) overrides ``method``.
+    ``launcher`` (the plugin's own) overrides ``method``. ``mark_child``: see
+    ``child_environ``.
     """
     launcher = launcher or get_launcher(method)
     token = secrets.token_hex(16)
@@ -281,7 +292,7 @@ def isolate(
             "deadline": time.time() + timeout}))
         (workdir / "payload.pkl").write_bytes(payload)
         start = time.monotonic()
-        handle = launcher.start(workdir, child_environ(env), cwd or os.getcwd())
+        handle = launcher.start(workdir, child_environ(env, mark_child), cwd or os.getcwd())
         res.pid = handle.pid
         reaper.register(handle.pid)
         deadline = start + timeout

@@ -1,12 +1,15 @@
 """Whole-test isolation (``@pytest.mark.isolated``, ``--isolate-all``) and the bad-fork guard
 for pytest-forked.
 
-Isolated tests: the call phase (the test function with its already-resolved fixture values)
-runs in a fresh process through the same machinery as ``run_on_npu``, with the same
-outcomes. Fixtures are set up and torn down in the pytest process; their values travel
-to the child, so they must pickle (a clear error names the one that does not). Changes a
-fixture makes to the pytest process's environment variables reach the child; patches of
-Python objects do not (the child is a fresh process).
+Isolated tests: the call phase runs in a fresh process through the same machinery as
+``run_on_npu``, with the same outcomes. The child imports the test module by name and runs
+the test as collected, under the parent's warning filters, with capture fixtures of its
+own (``harness.test_in_child``). Fixtures are set up and torn down in the pytest process;
+their values travel to the child, so they must pickle (one line names the one that does
+not), and come back after the test for teardown when they pickle again. Changes a fixture
+makes to the pytest process's environment variables reach the child; patches of Python
+objects do not (the child is a fresh process). ``@pytest.mark.isolated(False)`` keeps a
+test in the pytest process under ``--isolate-all``.
 
 Fork guard: ``pytest --forked`` / ``@pytest.mark.forked`` forks the pytest process, which
 breaks (crash, hang, or a silent wrong result) once CUDA or an NPU is initialised in it.
@@ -19,13 +22,19 @@ ways out instead of pytest-forked's "EXITED with status 3".
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from typing import Any
 
 import pytest
 
-from harness import forked_probe
+from harness import forked_probe, test_in_child
 from harness.forkserver import accelerator_state
-from harness.isolation import dump_payload, isolate
+from harness.isolation import dumps, isolate
+
+#: fixtures bound to the pytest process itself: an isolated test cannot use them
+IN_PROCESS_ONLY = ("request", "pytestconfig", "pytester", "testdir", "cache",
+                   "tmp_path_factory", "tmpdir_factory")
 
 FORK_GUARD_KEY = pytest.StashKey[str]()
 
@@ -54,19 +63,51 @@ def default_accelerator_state() -> str | None:
     return reason.replace("in the forkserver", "in the pytest process") if reason else None
 
 
-def _fail_on_unpicklable_fixture(fn: Any, funcargs: dict[str, Any]) -> None:
-    """Only on the failure path: pickle each fixture value alone to find the culprit."""
+def _fail_unpicklable(what: dict[str, Any]) -> None:
+    """Only on the failure path: pickle each shipped thing alone to name the culprit, in
+    one line (no chained internals)."""
     __tracebackhide__ = True
-    for name, value in funcargs.items():
+    for label, value in what.items():
         try:
-            dump_payload({"fn": fn, "args": (), "kwargs": {name: value}})
-        except TypeError as exc:
+            dumps(value)
+        except Exception as exc:  # noqa: BLE001 - any failure names this one
             pytest.fail(
-                f"isolated test: the value of fixture {name!r} ({type(value).__name__}) "
-                f"cannot be sent to the child process ({exc.__cause__ or exc}). Isolated "
-                "tests can use fixtures whose values pickle (tmp_path, data, objects of "
-                "your own); run this test without isolation, or make the fixture return "
-                "something that pickles.", pytrace=False)
+                f"isolated test: {label} ({type(value).__name__}) cannot be sent to the child "
+                f"process ({type(exc).__name__}: {exc}). Make it something that pickles, or "
+                "keep this test in the pytest process: @pytest.mark.isolated(False).",
+                pytrace=False)
+
+
+def _restore_in_place(old: Any, new: Any) -> None:
+    """Make the parent's fixture value look like the child's after the test, where that can
+    be done in place (what a yield fixture's teardown holds is the same object)."""
+    if type(old) is not type(new):
+        return
+    if isinstance(old, dict):
+        old.clear()
+        old.update(new)
+    elif isinstance(old, (list, bytearray)):
+        old[:] = new
+    elif isinstance(old, set):
+        old.clear()
+        old.update(new)
+    elif hasattr(old, "__dict__") and not isinstance(old, type):
+        try:
+            vars(old).clear()
+            vars(old).update(vars(new))
+        except TypeError:
+            return
+
+
+def _log_settings(config: pytest.Config) -> dict[str, Any]:
+    """pytest's log level and format for the report's "Captured log" section."""
+    try:
+        from _pytest.logging import get_log_level_for_setting, get_option_ini
+    except ImportError:
+        return {}
+    return {"level": get_log_level_for_setting(config, "log_level"),
+            "format": get_option_ini(config, "log_format"),
+            "datefmt": get_option_ini(config, "log_date_format")}
 
 
 class WholeTestIsolation:
@@ -83,6 +124,8 @@ class WholeTestIsolation:
         if "run_on_npu" in item._fixtureinfo.argnames:
             return False  # its checks already run isolated; the test itself stays here
         marker = item.get_closest_marker("isolated")
+        if marker is not None and marker.args and not marker.args[0]:
+            return False  # @pytest.mark.isolated(False): stays in the pytest process
         return marker or bool(item.config.getoption("harness_isolate_all"))
 
     @pytest.hookimpl(tryfirst=True)
@@ -91,25 +134,100 @@ class WholeTestIsolation:
         if not selected:
             return None
         __tracebackhide__ = True
+        self._run(pyfuncitem, selected if isinstance(selected, pytest.Mark) else None)
+        return True
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        """unittest.TestCase tests never reach ``pytest_pyfunc_call``: run them isolated
+        through their ``runtest``."""
+        from _pytest.unittest import TestCaseFunction
+
+        selected = isinstance(item, TestCaseFunction) and self._isolated(item)
+        if not selected:
+            return (yield)
+        marker = selected if isinstance(selected, pytest.Mark) else None
+        item.runtest = lambda: self._run(item, marker, unittest=True)  # type: ignore[method-assign]
+        try:
+            return (yield)
+        finally:
+            del item.runtest
+
+    def _run(self, item: pytest.Function, marker: pytest.Mark | None,
+             unittest: bool = False) -> None:
+        __tracebackhide__ = True
         from harness.plugin import attach_result
 
-        marker = selected if isinstance(selected, pytest.Mark) else None
-        names = pyfuncitem._fixtureinfo.argnames
-        funcargs = {name: pyfuncitem.funcargs[name] for name in names}
         opts = dict(marker.kwargs) if marker else {}
-        timeout_marker = pyfuncitem.get_closest_marker("isolation_timeout")
+        timeout_marker = item.get_closest_marker("isolation_timeout")
         timeout = opts.get("timeout") or (float(timeout_marker.args[0]) if timeout_marker
                                           else self.session.timeout)
-        try:
-            res = isolate(pyfuncitem.obj, (), funcargs, timeout=float(timeout),
-                          env={**self.session.child_env(), **(opts.get("env") or {})},
-                          launcher=self.session.launcher())
-        except TypeError:  # the payload did not pickle: name the fixture that broke it
-            _fail_on_unpicklable_fixture(pyfuncitem.obj, funcargs)
-            raise
-        attach_result(pyfuncitem, res)
+        fn, contexts = self._shippable(item, unittest)
+        device = any(item.iter_markers("npu")) or any(item.iter_markers("device"))
+        env = {**(self.session.child_env() if device else {}), **(opts.get("env") or {})}
+        res = isolate(fn, (), {}, timeout=float(timeout), env=env, contexts=contexts,
+                      launcher=self.session.launcher(), mark_child=device)
+        attach_result(item, res)
+        self._replay(item, res.extras.get("test") or {})
         res.raise_for_outcome()
-        return True
+        if res.value is not None and not unittest:
+            from _pytest.warning_types import PytestReturnNotNoneWarning
+
+            warnings.warn(PytestReturnNotNoneWarning(
+                f"Test functions should return None, but {item.nodeid} returned "
+                f"{type(res.value)!r}.\nDid you mean to use `assert` instead of `return`?"),
+                stacklevel=1)
+
+    def _shippable(self, item: pytest.Function, unittest: bool) -> tuple[Any, dict[str, Any]]:
+        """The test as the child will run it: by module name and attribute path, its
+        fixture values and the warning filters in force now pickled apart."""
+        __tracebackhide__ = True
+        names = [] if unittest else list(item._fixtureinfo.argnames)
+        for name in names:
+            if name in IN_PROCESS_ONLY:
+                pytest.fail(
+                    f"isolated test: fixture {name!r} belongs to the pytest process and cannot "
+                    "be used in the isolated child; keep this test in the pytest process with "
+                    "@pytest.mark.isolated(False).", pytrace=False)
+        child_built = [n for n in names if n in test_in_child.CHILD_BUILT]
+        replayed = [n for n in names if n in test_in_child.REPLAYED]
+        funcargs = {n: item.funcargs[n] for n in names
+                    if n not in child_built and n not in replayed}
+        instance = None if unittest or item.cls is None else item.instance
+        data = {"funcargs": funcargs, "filters": list(warnings.filters), "instance": instance,
+                "child_built": child_built, "replayed": replayed}
+        try:
+            blob = dumps(data)
+        except TypeError:
+            _fail_unpicklable({**{f"the value of fixture {n!r}": v for n, v in funcargs.items()},
+                               "the test class instance": instance,
+                               "the warning filters in force": data["filters"]})
+            raise
+        module = item.module
+        qualname = item.originalname if item.cls is None else \
+            f"{item.cls.__qualname__}.{item.originalname}"
+        call = test_in_child.TestCall(
+            module=module.__name__, path=str(module.__file__), qualname=qualname, blob=blob,
+            rewrite=item.config.getoption("assertmode") == "rewrite", unittest=unittest,
+            log=_log_settings(item.config))
+        return call, {"test": test_in_child.collect}
+
+    def _replay(self, item: pytest.Function, report: dict[str, Any]) -> None:
+        """What the child recorded, where pytest in this process would have it."""
+        for text, category, filename, lineno in report.get("warnings") or ():
+            with contextlib.suppress(Exception):
+                warnings.warn_explicit(text, category, filename, lineno)
+        if report.get("log"):
+            item.add_report_section("call", "log", report["log"])
+        for name, args in report.get("replay") or ():
+            item.funcargs[name](*args)
+        after = report.get("funcargs_after")
+        if after:
+            import cloudpickle
+
+            with contextlib.suppress(Exception):
+                for name, value in cloudpickle.loads(after).items():
+                    _restore_in_place(item.funcargs[name], value)
 
     # --- the fork guard --------------------------------------------------------------------
 

@@ -14,6 +14,10 @@ import pytest
 def data():
     return {"answer": 42}
 
+@pytest.fixture
+def pytest_pid():
+    return os.getpid()
+
 def test_pass(data, tmp_path):
     (tmp_path / "f").write_text("x")
     assert data["answer"] == 42
@@ -58,9 +62,9 @@ class TestClass:
     def test_method(self, data):
         assert self.base + data["answer"] == 52
 
-def test_pid_differs():
+def test_pid_differs(pytest_pid):
     print("child pid", os.getpid())
-    assert os.environ.get("HARNESS_CHILD") == "1"
+    assert os.getpid() != pytest_pid
 """
 
 EXPECTED = dict(passed=5, failed=4, skipped=1, xfailed=2, xpassed=1)
@@ -143,6 +147,22 @@ def test_unpicklable_fixture_is_named(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*isolated test: the value of fixture 'lock' (lock) cannot be "
                                  "sent to the child process*"])
+
+
+@pytest.mark.parametrize("fixture", ["request", "pytestconfig"])
+def test_a_fixture_of_the_pytest_process_is_one_clear_line(pytester: pytest.Pytester,
+                                                          fixture: str) -> None:
+    pytester.makepyfile(f"def test_x({fixture}):\n    pass\n")
+    result = pytester.runpytest("--isolate-all")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        f"*isolated test: fixture {fixture!r} belongs to the pytest process and cannot be "
+        "used in the isolated child; keep this test in the pytest process with "
+        "@pytest.mark.isolated(False).*"])
+    assert "Traceback" not in result.stdout.str() and "During handling" not in result.stdout.str()
+    opted_out = pytester.makepyfile(
+        f"import pytest\n@pytest.mark.isolated(False)\ndef test_x({fixture}):\n    pass\n")
+    pytester.runpytest("--isolate-all", opted_out).assert_outcomes(passed=1)
 
 
 def test_existing_plain_file_passes_unchanged(pytester: pytest.Pytester) -> None:

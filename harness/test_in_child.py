@@ -1,0 +1,275 @@
+"""The child side of whole-test isolation (``--isolate-all``, ``@pytest.mark.isolated``).
+
+A test must behave in the child as it would in the pytest process, so the child:
+
+- imports the test's module under its own name from its file, with pytest's assertion
+  rewriting (module-level functions and classes keep their identity: a
+  ``multiprocessing.Pool`` over them, ``pickle.dumps`` of them, ``sys.modules[__module__]``
+  all work), and runs the test function *as collected*: decorators such as
+  ``@mock.patch`` and ``@mock.patch.dict(os.environ, ...)`` apply to the child's objects;
+- runs it under the parent's warning filters at call time (``-W``, ini ``filterwarnings``,
+  ``@pytest.mark.filterwarnings``): ``error`` fails the same tests; the warnings it
+  records go back to the parent, which re-issues them into pytest's summary;
+- builds the capture fixtures itself (``capsys``, ``capsysbinary``, ``capfd``,
+  ``capfdbinary``, ``caplog``, ``recwarn``, ``monkeypatch``), since the parent's are bound to
+  the parent's streams; ``record_property`` and friends are recorded and replayed by the
+  parent; log records at pytest's level come back as the report's "Captured log" section;
+- sends back the fixture values after the test, so that a yield fixture's teardown sees
+  what the test changed in a dict, list, set or plain object it received.
+
+unittest.TestCase tests run as a one-test suite (so ``setUpClass`` and ``setUpModule`` run
+in the child; pytest also runs ``setUpClass`` in the parent, as it sets up the class).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import importlib.util
+import io
+import logging
+import sys
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: fixtures the child builds for itself (the parent's are bound to the parent's process)
+CHILD_BUILT = ("capsys", "capsysbinary", "capfd", "capfdbinary", "caplog", "recwarn",
+               "monkeypatch")
+#: fixtures whose calls the child records and the parent replays on its own fixture value
+REPLAYED = ("record_property", "record_xml_attribute", "record_testsuite_property")
+
+#: what the child reports about the test (filled while it runs; see ``collect``)
+_report: dict[str, Any] | None = None
+
+
+@contextlib.contextmanager
+def collect() -> Iterator[dict[str, Any]]:
+    """Child-side context around the test: what ``TestCall`` records comes back in the
+    result's extras (``harness.child.execute``), even when the test raises."""
+    global _report
+    _report = {}
+    try:
+        yield _report
+    finally:
+        _report = None
+
+
+def import_test_module(name: str, path: str, rewrite: bool) -> Any:
+    """The test module ``name`` loaded from ``path`` and registered under its name, its asserts
+    rewritten as pytest does (the parent's ``--assert`` mode)."""
+    module = sys.modules.get(name)
+    if module is not None and getattr(module, "__file__", None) == path:
+        return module
+    package = name.rpartition(".")[0]
+    if package:
+        with contextlib.suppress(ImportError):  # importlib mode: no package on sys.path
+            importlib.import_module(package)
+    source = Path(path).read_bytes()
+    tree = ast.parse(source, filename=path)
+    if rewrite:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        rewrite_asserts(tree, source, path, None)
+    code = compile(tree, path, "exec", dont_inherit=True)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        exec(code, module.__dict__)  # noqa: S102 - the test module, as pytest imports it
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    if package and package in sys.modules:
+        setattr(sys.modules[package], name.rpartition(".")[2], module)
+    return module
+
+
+@dataclass
+class TestCall:
+    """A collected test, shipped by reference: module name and file, the attribute path of
+    the test (``test_x``, ``TestClass.test_x``), and the rest pickled as one blob that is
+    read only after the module is imported (so its classes resolve to the real ones)."""
+
+    module: str
+    path: str
+    qualname: str
+    blob: bytes
+    rewrite: bool = True
+    unittest: bool = False
+    log: dict[str, Any] = field(default_factory=dict)
+
+    __test__ = False  # not a test class, whatever pytest's patterns say
+
+    def __call__(self) -> Any:
+        import cloudpickle
+
+        module = import_test_module(self.module, self.path, self.rewrite)
+        data = cloudpickle.loads(self.blob)
+        report = _report if _report is not None else {}
+        with warnings.catch_warnings(record=True) as caught, \
+                _log_capture(self.log, report) as caplog_stash:
+            warnings.filters[:] = data["filters"]
+            try:
+                if self.unittest:
+                    return _run_unittest(module, self.qualname)
+                fn = _resolve(module, self.qualname, data.get("instance"))
+                with contextlib.ExitStack() as stack:
+                    kwargs = dict(data["funcargs"])
+                    kwargs.update(_child_built(data["child_built"], stack, caplog_stash))
+                    kwargs.update(_replayed(data["replayed"], report))
+                    try:
+                        return fn(**kwargs)
+                    finally:
+                        report["funcargs_after"] = _repack(data["funcargs"])
+            finally:
+                report["warnings"] = [_warning_record(w) for w in caught]
+
+
+def _resolve(module: Any, qualname: str, instance: Any) -> Any:
+    if instance is not None:
+        return getattr(instance, qualname.rpartition(".")[2])
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _warning_record(w: warnings.WarningMessage) -> tuple[str, Any, str, int]:
+    category = w.category
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(category)
+    except Exception:  # noqa: BLE001 - a category that cannot travel: keep its text
+        category = UserWarning
+    return str(w.message), category, str(w.filename), int(w.lineno or 0)
+
+
+def _repack(values: dict[str, Any]) -> bytes | None:
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(values)
+    except Exception:  # noqa: BLE001 - values that do not travel back stay as they were
+        return None
+
+
+def _child_built(names: list[str], stack: contextlib.ExitStack, caplog_stash: Any
+                 ) -> dict[str, Any]:
+    built: dict[str, Any] = {}
+    for name in names:
+        if name in ("capsys", "capsysbinary", "capfd", "capfdbinary"):
+            from _pytest import capture
+
+            cls = {"capsys": capture.SysCapture, "capsysbinary": capture.SysCaptureBinary,
+                   "capfd": capture.FDCapture, "capfdbinary": capture.FDCaptureBinary}[name]
+            fixture = capture.CaptureFixture(cls, None, _ispytest=True)  # type: ignore[arg-type]
+            fixture._start()
+            stack.callback(fixture.close)
+            built[name] = fixture
+        elif name == "recwarn":
+            from _pytest.recwarn import WarningsRecorder
+
+            built[name] = stack.enter_context(WarningsRecorder(_ispytest=True))
+        elif name == "caplog":
+            from _pytest.logging import LogCaptureFixture
+
+            fixture = LogCaptureFixture(caplog_stash, _ispytest=True)  # type: ignore[arg-type]
+            stack.callback(fixture._finalize)
+            built[name] = fixture
+        elif name == "monkeypatch":
+            from _pytest.monkeypatch import MonkeyPatch
+
+            patcher = MonkeyPatch()
+            stack.callback(patcher.undo)
+            built[name] = patcher
+    return built
+
+
+def _replayed(names: list[str], report: dict[str, Any]) -> dict[str, Any]:
+    calls: list[tuple[str, tuple[Any, ...]]] = report.setdefault("replay", [])
+
+    def recorder(name: str) -> Any:
+        def record(*args: Any) -> None:
+            calls.append((name, args))
+        return record
+
+    return {name: recorder(name) for name in names}
+
+
+class _StashHolder:
+    """What ``LogCaptureFixture`` needs of an item: a stash with its handler and records."""
+
+    def __init__(self) -> None:
+        import pytest
+
+        self.stash = pytest.Stash()
+
+
+@contextlib.contextmanager
+def _log_capture(log: dict[str, Any], report: dict[str, Any]) -> Iterator[Any]:
+    """pytest's two log handlers, as its logging plugin installs them around a test: one
+    for the report's "Captured log" section, one for ``caplog``."""
+    try:
+        from _pytest.logging import (
+            LogCaptureHandler,
+            caplog_handler_key,
+            caplog_records_key,
+        )
+    except ImportError:
+        yield None
+        return
+    level = log.get("level")
+    root = logging.getLogger()
+    report_handler = LogCaptureHandler()
+    report_handler.setFormatter(logging.Formatter(log.get("format"), log.get("datefmt")))
+    caplog_handler = LogCaptureHandler()
+    holder = _StashHolder()
+    holder.stash[caplog_handler_key] = caplog_handler
+    holder.stash[caplog_records_key] = {"call": caplog_handler.records}
+    saved_level = root.level
+    for handler in (report_handler, caplog_handler):
+        if level is not None:
+            handler.setLevel(level)
+        root.addHandler(handler)
+    if level is not None and level < root.level:
+        root.setLevel(level)
+    try:
+        yield holder
+    finally:
+        for handler in (report_handler, caplog_handler):
+            root.removeHandler(handler)
+        root.setLevel(saved_level)
+        report["log"] = report_handler.stream.getvalue().strip()
+
+
+def _run_unittest(module: Any, qualname: str) -> None:
+    """Run one TestCase method as a suite (class and module fixtures included) and end as
+    pytest would report it: failed with the traceback, skipped, xfailed."""
+    import unittest
+
+    import pytest
+
+    cls_name, _, method = qualname.rpartition(".")
+    cls = _resolve(module, cls_name, None)
+    result = unittest.TestResult()
+    unittest.TestSuite([cls(method)]).run(result)
+    problems = [text for _, text in result.errors + result.failures]
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+    if result.unexpectedSuccesses:
+        pytest.fail("Unexpected success", pytrace=False)
+    if result.expectedFailures:
+        pytest.xfail(_last_line(result.expectedFailures[0][1]))
+    if result.skipped:
+        pytest.skip(result.skipped[0][1])
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in io.StringIO(text).read().splitlines() if line.strip()]
+    return lines[-1] if lines else "expected failure"
