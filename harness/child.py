@@ -84,12 +84,15 @@ def _descendants(pid: int) -> list[int] | None:
     return found
 
 
-def end_descendants() -> None:
-    """SIGKILL every process below this one, and reap them: with ``become_subreaper`` that
-    is everything started below us, whatever session it moved to. Repeated while new
-    orphans appear (a process that forked while we killed its parent is adopted by us)."""
+def end_descendants(keep: frozenset[int] = frozenset()) -> None:
+    """SIGKILL every process below this one but ``keep`` (the forkserver's spare child), and
+    reap them: with ``become_subreaper`` that is everything started below us, whatever
+    session it moved to. Repeated while new orphans appear (a process that forked while we
+    killed its parent is adopted by us)."""
     for _ in range(5):
         pids = _descendants(os.getpid())
+        if pids is not None:
+            pids = [pid for pid in pids if pid not in keep]
         if pids == []:
             return
         import psutil
@@ -97,7 +100,8 @@ def end_descendants() -> None:
         procs: list[psutil.Process] = []
         if pids is None:
             with contextlib.suppress(psutil.Error):
-                procs = psutil.Process().children(recursive=True)
+                procs = [p for p in psutil.Process().children(recursive=True)
+                         if p.pid not in keep]
         for pid in pids or ():
             with contextlib.suppress(psutil.Error):
                 procs.append(psutil.Process(pid))

@@ -100,6 +100,32 @@ def _child_after_fork(req: dict[str, Any], closing: list[Any]) -> None:
         _flush_and_exit(70)  # never fall back into the server loop
 
 
+def _spare(read_fd: int, closing: list[Any]) -> None:
+    """A child forked ahead of its request (the fork of a server that holds torch takes
+    milliseconds; done while the last child runs, it is off the next test's path): wait for
+    the request on ``read_fd``, then become that child. End of file with no request: the
+    server is gone or discarded us."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for obj in closing:
+            with contextlib.suppress(OSError):
+                obj.close() if hasattr(obj, "close") else os.close(obj)
+        from harness.child import _die_with_parent
+
+        _die_with_parent()
+        data = b""
+        while chunk := os.read(read_fd, 65536):
+            data += chunk
+        os.close(read_fd)
+        req = json.loads(data) if data else None
+    except BaseException:  # noqa: BLE001 - never fall back into the server loop
+        _flush_and_exit(70)
+    if req is None:
+        _flush_and_exit(0)
+    _child_after_fork(req, [])
+
+
 def _flush_and_exit(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -139,6 +165,32 @@ def serve(sock_path: str, preload: list[str]) -> None:
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
     waiting: dict[int, socket.socket] = {}
     execs: dict[int, subprocess.Popen[bytes]] = {}
+    spare: list[tuple[int, int]] = []  # (pid, write end of its request pipe): at most one
+
+    def fork_spare() -> None:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(write_fd)
+            _spare(read_fd, [listener, wake_r, wake_w, *waiting.values(),
+                             *(fd for _, fd in spare)])
+        os.close(read_fd)
+        spare.append((pid, write_fd))
+
+    def hand_to_spare(req: dict[str, Any]) -> int:
+        for _ in range(2):  # a spare that died meanwhile (a stray kill): fork another
+            if not spare:
+                fork_spare()
+            pid, write_fd = spare.pop()
+            try:
+                os.write(write_fd, json.dumps(req).encode())  # blocks until it is all read
+                return pid
+            except OSError:
+                continue
+            finally:
+                os.close(write_fd)
+        raise OSError("could not hand the request to a forked child")
+
     while True:
         try:
             ready, _, _ = select.select([listener, wake_r, 0], [], [])
@@ -168,10 +220,10 @@ def serve(sock_path: str, preload: list[str]) -> None:
             if conn is not None:
                 ended.append((conn, os.waitstatus_to_exitcode(status)))
         if ended and not waiting:
-            # no child in flight: every process still ours is an orphan a child left behind
-            # (a setsid'd or double-forked grandchild); end it before anyone hears the child
-            # ended
-            end_descendants()
+            # no child in flight: every process still ours but the spare is an orphan a
+            # child left behind (a setsid'd or double-forked grandchild); end it before
+            # anyone hears the child ended
+            end_descendants(keep=frozenset(pid for pid, _ in spare))
         for conn, code in ended:
             with contextlib.suppress(OSError):
                 conn.sendall(json.dumps({"status": code}).encode() + b"\n")
@@ -195,12 +247,17 @@ def serve(sock_path: str, preload: list[str]) -> None:
                 pid = proc.pid
                 execs[pid] = proc
             else:
-                pid = os.fork()
-                if pid == 0:
-                    _child_after_fork(req, [listener, wake_r, wake_w, conn,
-                                            *waiting.values()])
+                try:
+                    pid = hand_to_spare(req)
+                except OSError as exc:
+                    with contextlib.suppress(OSError):
+                        conn.sendall(json.dumps({"error": str(exc)}).encode() + b"\n")
+                    conn.close()
+                    continue
             waiting[pid] = conn
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            if "argv" not in req:
+                fork_spare()  # for the next request, while this child runs
 
 
 def _read_or_eof(fd: int) -> bool:

@@ -80,13 +80,18 @@ class HarnessSession:
         self._launcher = launcher
         return launcher
 
-    def _own_server(self) -> ReplacingForkServer:
-        """This session's server (closed with the session, unlike the shared one), replaced
-        if it dies (``ReplacingForkServer``)."""
+    def prestart(self) -> None:
+        """Start this session's forkserver now, without waiting for it to be ready."""
         if self._server is None:
             self._server = ReplacingForkServer(
                 lambda: ForkServerLauncher(self.preload), allow_spawn=self.method == "auto",
                 warn=lambda message: warnings.warn(HarnessWarning(message), stacklevel=1))
+
+    def _own_server(self) -> ReplacingForkServer:
+        """This session's server (closed with the session, unlike the shared one), replaced
+        if it dies (``ReplacingForkServer``)."""
+        self.prestart()
+        assert self._server is not None
         self._server.ensure_ready()
         return self._server
 
@@ -245,7 +250,11 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     # after conftests' pytest_configure (suites/conftest.py sets the results default)
-    _register_results(session.config, session.config.stash[SESSION_KEY])
+    harness_session = session.config.stash[SESSION_KEY]
+    _register_results(session.config, harness_session)
+    if session.config.getoption("harness_isolate_all") and \
+            harness_session.method in ("auto", "forkserver"):
+        harness_session.prestart()  # its torch import overlaps collection
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -4,7 +4,7 @@ for pytest-forked.
 Isolated tests: the call phase runs in a fresh process through the same machinery as
 ``run_on_npu``, with the same outcomes. The child imports the test module by name and runs
 the test as collected, under the parent's warning filters, with capture fixtures of its
-own (``harness.test_in_child``). Fixtures are set up and torn down in the pytest process;
+own (``harness.whole_test_child``). Fixtures are set up and torn down in the pytest process;
 their values travel to the child, so they must pickle (one line names the one that does
 not), and come back after the test for teardown when they pickle again. Changes a fixture
 makes to the pytest process's environment variables reach the child; patches of Python
@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from harness import forked_probe, test_in_child
+from harness import forked_probe, whole_test_child
 from harness.forkserver import accelerator_state
 from harness.isolation import dumps, isolate
 
@@ -68,14 +68,20 @@ def _fail_unpicklable(what: dict[str, Any]) -> None:
     one line (no chained internals)."""
     __tracebackhide__ = True
     for label, value in what.items():
-        try:
-            dumps(value)
-        except Exception as exc:  # noqa: BLE001 - any failure names this one
+        why = _pickle_error(value)
+        if why:
             pytest.fail(
                 f"isolated test: {label} ({type(value).__name__}) cannot be sent to the child "
-                f"process ({type(exc).__name__}: {exc}). Make it something that pickles, or "
-                "keep this test in the pytest process: @pytest.mark.isolated(False).",
-                pytrace=False)
+                f"process ({why}). Make it something that pickles, or keep this test in the "
+                "pytest process: @pytest.mark.isolated(False).", pytrace=False)
+
+
+def _pickle_error(value: Any) -> str | None:
+    try:
+        dumps(value)
+    except Exception as exc:  # noqa: BLE001 - any failure names this one
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _restore_in_place(old: Any, new: Any) -> None:
@@ -189,28 +195,30 @@ class WholeTestIsolation:
                     f"isolated test: fixture {name!r} belongs to the pytest process and cannot "
                     "be used in the isolated child; keep this test in the pytest process with "
                     "@pytest.mark.isolated(False).", pytrace=False)
-        child_built = [n for n in names if n in test_in_child.CHILD_BUILT]
-        replayed = [n for n in names if n in test_in_child.REPLAYED]
+        child_built = [n for n in names if n in whole_test_child.CHILD_BUILT]
+        replayed = [n for n in names if n in whole_test_child.REPLAYED]
         funcargs = {n: item.funcargs[n] for n in names
                     if n not in child_built and n not in replayed}
         instance = None if unittest or item.cls is None else item.instance
         data = {"funcargs": funcargs, "filters": list(warnings.filters), "instance": instance,
                 "child_built": child_built, "replayed": replayed}
-        try:
+        blob: bytes | None = None
+        with contextlib.suppress(Exception):  # named below, outside a handler (no chaining)
             blob = dumps(data)
-        except TypeError:
+        if blob is None:
             _fail_unpicklable({**{f"the value of fixture {n!r}": v for n, v in funcargs.items()},
                                "the test class instance": instance,
                                "the warning filters in force": data["filters"]})
-            raise
+            pytest.fail(f"isolated test: its fixture values cannot be sent to the child "
+                        f"process ({_pickle_error(data)})", pytrace=False)
         module = item.module
         qualname = item.originalname if item.cls is None else \
             f"{item.cls.__qualname__}.{item.originalname}"
-        call = test_in_child.TestCall(
+        call = whole_test_child.TestCall(
             module=module.__name__, path=str(module.__file__), qualname=qualname, blob=blob,
-            rewrite=item.config.getoption("assertmode") == "rewrite", unittest=unittest,
+            code=whole_test_child.module_code(str(module.__file__), item.config), unittest=unittest,
             log=_log_settings(item.config))
-        return call, {"test": test_in_child.collect}
+        return call, {"test": whole_test_child.collect}
 
     def _replay(self, item: pytest.Function, report: dict[str, Any]) -> None:
         """What the child recorded, where pytest in this process would have it."""

@@ -147,6 +147,30 @@ def test_unpicklable_fixture_is_named(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*isolated test: the value of fixture 'lock' (lock) cannot be "
                                  "sent to the child process*"])
+    assert "During handling" not in result.stdout.str()  # one message, no chained internals
+
+
+def test_a_unittest_class_marked_isolated_runs_in_a_child(pytester: pytest.Pytester,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: unittest.TestCase tests ran silently in the pytest process."""
+    import os
+
+    monkeypatch.setenv("PYTEST_PARENT_PID", str(os.getpid()))
+    pytester.makepyfile(
+        """
+        import os, unittest, pytest
+
+        @pytest.mark.isolated
+        class TestMarked(unittest.TestCase):
+            def test_pid(self):
+                self.assertNotEqual(os.getpid(), int(os.environ["PYTEST_PARENT_PID"]))
+
+        class TestUnmarked(unittest.TestCase):
+            def test_pid(self):
+                self.assertEqual(os.getpid(), int(os.environ["PYTEST_PARENT_PID"]))
+        """
+    )
+    pytester.runpytest_inprocess().assert_outcomes(passed=2)
 
 
 @pytest.mark.parametrize("fixture", ["request", "pytestconfig"])

@@ -29,6 +29,8 @@ import importlib
 import importlib.util
 import io
 import logging
+import marshal
+import os
 import sys
 import warnings
 from collections.abc import Iterator
@@ -58,9 +60,9 @@ def collect() -> Iterator[dict[str, Any]]:
         _report = None
 
 
-def import_test_module(name: str, path: str, rewrite: bool) -> Any:
-    """The test module ``name`` loaded from ``path`` and registered under its name, its asserts
-    rewritten as pytest does (the parent's ``--assert`` mode)."""
+def import_test_module(name: str, path: str, code: bytes | None) -> Any:
+    """The test module ``name`` run from ``code`` (``module_code``: marshalled, asserts
+    rewritten) or, without it, compiled from ``path``; registered under its name."""
     module = sys.modules.get(name)
     if module is not None and getattr(module, "__file__", None) == path:
         return module
@@ -68,25 +70,43 @@ def import_test_module(name: str, path: str, rewrite: bool) -> Any:
     if package:
         with contextlib.suppress(ImportError):  # importlib mode: no package on sys.path
             importlib.import_module(package)
-    source = Path(path).read_bytes()
-    tree = ast.parse(source, filename=path)
-    if rewrite:
-        from _pytest.assertion.rewrite import rewrite_asserts
-
-        rewrite_asserts(tree, source, path, None)
-    code = compile(tree, path, "exec", dont_inherit=True)
+    if code is not None:
+        compiled = marshal.loads(code)
+    else:
+        compiled = compile(Path(path).read_bytes(), path, "exec", dont_inherit=True)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        exec(code, module.__dict__)  # noqa: S102 - the test module, as pytest imports it
+        exec(compiled, module.__dict__)  # noqa: S102 - the test module, as pytest imports it
     except BaseException:
         sys.modules.pop(name, None)
         raise
     if package and package in sys.modules:
         setattr(sys.modules[package], name.rpartition(".")[2], module)
     return module
+
+
+_codes: dict[tuple[str, int, int], bytes] = {}
+
+
+def module_code(path: str, config: Any) -> bytes | None:
+    """Parent side: the module's code with asserts rewritten as pytest's import rewrote them,
+    marshalled; made once per file and session (rewriting a 100-test module costs about
+    145 ms: per test that would be most of the isolation's cost). None: ``--assert=plain``."""
+    if config.getoption("assertmode") != "rewrite":
+        return None
+    stat = os.stat(path)
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _codes:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        source = Path(path).read_bytes()
+        tree = ast.parse(source, filename=path)
+        rewrite_asserts(tree, source, path, config)
+        _codes[key] = marshal.dumps(compile(tree, path, "exec", dont_inherit=True))
+    return _codes[key]
 
 
 @dataclass
@@ -99,7 +119,7 @@ class TestCall:
     path: str
     qualname: str
     blob: bytes
-    rewrite: bool = True
+    code: bytes | None = None
     unittest: bool = False
     log: dict[str, Any] = field(default_factory=dict)
 
@@ -108,7 +128,7 @@ class TestCall:
     def __call__(self) -> Any:
         import cloudpickle
 
-        module = import_test_module(self.module, self.path, self.rewrite)
+        module = import_test_module(self.module, self.path, self.code)
         data = cloudpickle.loads(self.blob)
         report = _report if _report is not None else {}
         with warnings.catch_warnings(record=True) as caught, \
