@@ -68,14 +68,10 @@ def accelerator_state() -> str | None:
     return None
 
 
-def _child_after_fork(req: dict[str, Any], closing: list[Any]) -> None:
-    """In the forked child: detach from the server completely, then run harness.child.main."""
+def _child_after_fork(req: dict[str, Any]) -> None:
+    """In the forked child (``_spare``, detached from the server): take the request's
+    session, cwd, environment and output files, then run harness.child.main."""
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for obj in closing:
-            with contextlib.suppress(OSError):
-                obj.close() if hasattr(obj, "close") else os.close(obj)
         os.setsid()
         os.chdir(req["cwd"])
         os.environ.clear()
@@ -123,7 +119,7 @@ def _spare(read_fd: int, closing: list[Any]) -> None:
         _flush_and_exit(70)
     if req is None:
         _flush_and_exit(0)
-    _child_after_fork(req, [])
+    _child_after_fork(req)
 
 
 def _flush_and_exit(code: int) -> None:
