@@ -3,6 +3,7 @@
 # JUnit XML, the results file and the rendered report under $HARNESS_OUT.
 #   HARNESS_OUT     output folder (default reports/latest)
 #   HARNESS_RUNNER  runner name in the results (default: host name)
+#   HARNESS_REQUIRE capabilities this runner must have (--harness-require; default none)
 #   extra arguments go to pytest (e.g. -k switch)
 # The job's exit status is pytest's; a failing report step never fails the job. pytest runs
 # in its own session, and its whole process group is ended afterwards (TERM, then KILL):
@@ -24,7 +25,11 @@ if [ "$kind" != "cpu" ] && [ "${count:-1}" -gt 1 ]; then
 fi
 echo "npu-regress: runner=$RUNNER device=$kind x${count:-1} ${xdist[*]:-}"
 
-setsid "$PY" -m pytest suites/ "${xdist[@]}" --junitxml="$OUT/junit.xml" \
+require=()
+if [ -n "${HARNESS_REQUIRE:-}" ]; then
+  require=(--harness-require="$HARNESS_REQUIRE")
+fi
+setsid "$PY" -m pytest suites/ "${xdist[@]}" "${require[@]}" --junitxml="$OUT/junit.xml" \
   --harness-results="$OUT/results.jsonl" --harness-runner="$RUNNER" "$@" &
 leader=$!
 trap 'kill -TERM -- "-$leader" 2>/dev/null' INT TERM

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from harness import DEVICE_ENV, reaper
+from harness import DEVICE_ENV, manifest, reaper, require
 from harness.devices import (
     KINDS,
     DeviceError,
@@ -59,6 +59,8 @@ class HarnessSession:
     method: str = "auto"
     preload: tuple[str, ...] = DEFAULT_PRELOAD
     worker_id: str | None = None
+    #: the stack manifest (``harness.manifest``), read at session start where reported
+    manifest: dict[str, Any] | None = None
     _launcher: Launcher | None = field(default=None, repr=False)
     _server: ReplacingForkServer | None = field(default=None, repr=False)
     _previous_sigterm: Any = field(default=None, repr=False)
@@ -169,7 +171,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run every test's call phase in a fresh process (as @pytest.mark.isolated "
         "does): the test function with its resolved fixture values, which must pickle",
     )
+    group.addoption(
+        "--harness-require", dest="harness_require", default=None, metavar="NAME[,NAME...]",
+        help="capabilities this runner must have: npu, torch_npu, vllm, vllm_ascend, verl, "
+        "batch_invariant_ops, cann>=VERSION, driver>=VERSION. A test that skips because "
+        "one is missing fails, naming it, and a missing one fails the run. Default: ini "
+        "harness_require (none).",
+    )
     parser.addini("harness_results", "default for --harness-results", default="")
+    parser.addini("harness_require", "default for --harness-require", default="")
     parser.addini("harness_device", "default for --device", default="auto")
     parser.addini("harness_isolation", "default for --isolation", default="auto")
     parser.addini("harness_isolation_preload", "default for --isolation-preload",
@@ -236,6 +246,14 @@ def pytest_configure(config: pytest.Config) -> None:
         device=device, timeout=timeout, method=method, preload=preload, npu=npu,
         worker_id=workerinput.get("workerid") if workerinput else None,
     )
+    try:
+        requirements = require.parse(_option(config, "harness_require"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if requirements:
+        require.check(requirements, device.kind, npu)
+        config.pluginmanager.register(require.RequiredCapabilities(requirements),
+                                      "npu_regress_require")
     config.stash[SESSION_KEY] = session
     _install_sigterm(session)
     if workerinput is not None:
@@ -251,6 +269,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     # after conftests' pytest_configure (suites/conftest.py sets the results default)
     harness_session = session.config.stash[SESSION_KEY]
+    _record_manifest(session.config, harness_session)
     _register_results(session.config, harness_session)
     if session.config.getoption("harness_isolate_all") and \
             harness_session.method in ("auto", "forkserver"):
@@ -273,6 +292,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     children = item.stash.get(RESULTS_KEY, [])
     report.harness_children = [child_record(r) for r in children] if call.when == "call" else []
     return report
+
+
+def _record_manifest(config: pytest.Config, session: HarnessSession) -> None:
+    """The stack manifest, where a report will read it: the results header and the JUnit
+    XML's global properties (``stack.<name>``). Read once, by the controller."""
+    if hasattr(config, "workerinput"):
+        return
+    xml = getattr(config, "_xml", None) or config.stash.get(_junit_key(), None)
+    if not _option(config, "harness_results") and xml is None:
+        return
+    session.manifest = manifest.collect(session.npu)
+    if xml is not None:
+        for name, entry in session.manifest.items():
+            xml.add_global_property(f"stack.{name}", manifest.shown(entry))
+
+
+def _junit_key() -> Any:
+    from _pytest.junitxml import xml_key
+
+    return xml_key
 
 
 def _register_results(config: pytest.Config, session: HarnessSession) -> None:

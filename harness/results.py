@@ -90,6 +90,7 @@ class ResultsWriter:
             "device": session.device.to_dict(),
             "hardware": session.npu.to_dict() if session.npu else None,
             "isolation": session.method, "args": list(config.invocation_params.args),
+            "manifest": session.manifest,
         })
 
     def test(self, report: pytest.TestReport, session: Any) -> None:

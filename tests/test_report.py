@@ -60,7 +60,9 @@ def test_two_nights_name_the_new_failure(pytester: pytest.Pytester, tmp_path: Pa
     assert summary["fixed"] == [] and summary["still_failing"] == []
     md = (out / "summary.md").read_text()
     assert "| New failures | 1 |" in md
-    assert "| test_canary.py::test_canary | cpu-b | failed |  |" in md
+    # the bisect hint: the same stack both nights (nothing changed), read by a real run
+    assert "| test_canary.py::test_canary | cpu-b | failed | 2026-11-29 | nothing |" in md
+    assert json.loads(second[1].read_text().splitlines()[0])["manifest"]["torch"]["version"]
     assert (out / "report.html").read_text().count('class="test-row"') == 2
 
 
@@ -136,7 +138,7 @@ def test_history_statuses_since_flaky_and_event_changes(tmp_path: Path) -> None:
     status = {c.test: (c.status, c.since) for c in comp.cells.values()}
     assert status == {"t::flip": ("flaky", None), "t::broken": ("still-failing", "2026-11-26"),
                       "t::heal": ("fixed", None), "t::ev": ("passing", None),
-                      "t::skip": ("skipped", None)}
+                      "t::skip": ("skipped", "2026-11-26")}
     assert [(c.test, c.events_before, c.events_now) for c in comp.event_changes()] == [
         ("t::ev", {"x::op": 1}, {"x::op": 3})]
     assert comp.summary()["skipped_by_reason"] == {"needs a real NPU": 1}
@@ -413,3 +415,99 @@ def test_a_finding_about_a_release_is_its_own_category(pytester: pytest.Pytester
     assert "| Findings about releases | 1 |" in (tmp_path / "rep" / "summary.md").read_text()
     assert "a finding about the released code under test" in \
         (tmp_path / "rep" / "report.html").read_text()
+
+
+def _manifest(**versions: str) -> dict[str, object]:
+    return {name: {"version": v, "source": "test"} for name, v in versions.items()}
+
+
+def test_three_nights_newly_skipped_vanished_and_a_new_failure_with_its_stack_change(
+        tmp_path: Path) -> None:
+    """The nightly story at 3 a.m.: what newly skips, what is no longer collected, what
+    newly fails and what changed on the runner since it last passed."""
+    history, out = tmp_path / "history", tmp_path / "out"
+    stack = {"2026-11-28": _manifest(torch="2.13.0", torch_npu="2.13.0", cann="8.3.RC1"),
+             "2026-11-29": _manifest(torch="2.13.0", torch_npu="2.13.0", cann="8.3.RC1"),
+             "2026-11-30": _manifest(torch="2.13.0", torch_npu="2.14.0", cann="8.5.0")}
+    nights = {
+        "2026-11-28": [_test("t::ops", "passed"), _test("t::gone", "passed"),
+                       _test("t::switch", "passed"), _test("t::old_skip", "skipped",
+                                                           reason="needs A5")],
+        "2026-11-29": [_test("t::ops", "passed"), _test("t::gone", "passed"),
+                       _test("t::switch", "passed"), _test("t::old_skip", "skipped",
+                                                           reason="needs A5")],
+        "2026-11-30": [_test("t::ops", "skipped", reason="batch_invariant_ops not importable"),
+                       _test("t::switch", "failed", longrepr="0 batch_invariant_ops events"),
+                       _test("t::old_skip", "skipped", reason="needs A5")],
+    }
+    paths = {date: _write(tmp_path / f"a3-{date}.jsonl", [
+        {**_header("a3", date), "manifest": stack[date]}, *tests, FOOTER])
+        for date, tests in nights.items()}
+    hist.add([paths["2026-11-28"], paths["2026-11-29"]], history)
+    assert cli(["report", "render", str(paths["2026-11-30"]), "--out", str(out),
+                "--history", str(history)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(r["test"], r["since"]) for r in summary["newly_skipped"]] == [
+        ("t::ops", "2026-11-30")]
+    assert [(r["test"], r["since"]) for r in summary["vanished"]] == [("t::gone", "2026-11-29")]
+    [new] = summary["new_failures"]
+    assert (new["test"], new["last_passed"]) == ("t::switch", "2026-11-29")
+    assert new["changes"] == [{"name": "cann", "then": "8.3.RC1", "now": "8.5.0"},
+                              {"name": "torch_npu", "then": "2.13.0", "now": "2.14.0"}]
+    skipped = {r["test"]: r["since"] for r in summary["skipped"]}
+    assert skipped == {"t::ops": "2026-11-30", "t::old_skip": "2026-11-28"}
+    md = (out / "summary.md").read_text()
+    for line in ("| Newly skipped | 1 |", "| Vanished (not collected tonight) | 1 |",
+                 "| t::switch | a3 | failed | 2026-11-29 | cann: 8.3.RC1 -&gt; 8.5.0; "
+                 "torch_npu: 2.13.0 -&gt; 2.14.0 |",
+                 "| t::gone | a3 | 2026-11-29 |",
+                 "| t::old_skip | a3 | 2026-11-28 | needs A5 |"):
+        assert line in md, md
+    html = (out / "report.html").read_text()
+    assert "what changed on a3 since it last passed (2026-11-29)" in html
+    assert "torch_npu: 2.13.0 -&gt; 2.14.0" in html and 'id="count-vanished"' in html
+    (tmp_path / "summary-3-nights.md").write_text(md)  # for the issue note
+
+
+def test_a_required_capability_turns_its_skip_into_a_failure(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        def test_needs_ops():
+            pytest.skip("batch_invariant_ops is not importable")
+        def test_unrelated():
+            pytest.skip("needs A5")
+        """
+    )
+    plain = pytester.runpytest()
+    plain.assert_outcomes(skipped=2)
+    assert plain.ret == 0
+    required = pytester.runpytest("--harness-require", "batch_invariant_ops")
+    required.assert_outcomes(failed=1, skipped=1)
+    required.stdout.fnmatch_lines([
+        "*required: batch_invariant_ops (MISSING: batch_invariant_ops is not installed*",
+        "*required capability 'batch_invariant_ops' is missing on this runner: "
+        "batch_invariant_ops is not installed (not importable). The test skipped "
+        "(batch_invariant_ops is not importable)*"])
+
+
+def test_a_missing_required_capability_fails_the_run_even_unmentioned(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--harness-require", "npu,cann>=8.2")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*required capability 'npu' is missing on this runner: the session's device is cpu*",
+        "*required capability 'cann>=8.2' is missing on this runner: CANN version not "
+        "detected*"])
+    pytester.makeini("[pytest]\nharness_require = torch\n")
+    assert pytester.runpytest().ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_a_required_capability_that_is_present_changes_nothing(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\ndef test_x():\n    pytest.skip('needs verl')\n")
+    result = pytester.runpytest("--harness-require", "vllm")
+    result.assert_outcomes(skipped=1)
+    assert result.ret == 0

@@ -19,9 +19,17 @@ class Cell:
     test: str
     runner: str
     outcome: str
-    #: new-failure, fixed, still-failing, flaky, passing, skipped, newly-skipped, xfailed
+    #: new-failure, fixed, still-failing, flaky, passing, skipped, newly-skipped, xfailed,
+    #: vanished (in an earlier night, not collected tonight: outcome "absent")
     status: str
+    #: still failing / skipped: the first night of the streak; vanished: the last night seen
     since: str | None = None
+    #: skipped: the reason
+    reason: str | None = None
+    #: new failure: the last night it passed on this runner, and the stack manifest entries
+    #: that differ between that night and tonight (the bisect hint)
+    last_passed: str | None = None
+    changes: list[dict[str, Any]] = field(default_factory=list)
     history: list[str] = field(default_factory=list)
     events_before: dict[str, int] | None = None
     events_now: dict[str, int] | None = None
@@ -56,7 +64,8 @@ class Comparison:
 
     def _category_rows(self, category: str) -> list[dict[str, Any]]:
         return self._rows([c for c in self.cells.values()
-                           if self.results[(c.test, c.runner)].category == category])
+                           if (r := self.results.get((c.test, c.runner))) is not None
+                           and r.category == category])
 
     def event_changes(self) -> list[Cell]:
         return [c for c in self.cells.values() if c.events_changed]
@@ -72,6 +81,8 @@ class Comparison:
             "still_failing": rows(self.by_status("still-failing")),
             "flaky": rows(self.by_status("flaky")),
             "newly_skipped": rows(self.by_status("newly-skipped")),
+            "vanished": rows(self.by_status("vanished")),
+            "skipped": rows(self.by_status("skipped") + self.by_status("newly-skipped")),
             "upstream_drift": self._category_rows("upstream-drift"),
             "release_findings": self._category_rows("release-finding"),
             "event_changes": rows(self.event_changes()),
@@ -124,28 +135,71 @@ def compare(tonight: list[RunResults], nights: list[tuple[str, dict[str, RunResu
             elif res.failing:
                 if prev is not None and prev.failing:
                     cell.status = "still-failing"
-                    streak = [d for d, p in past if p is not None]
-                    since = date
-                    for d, p in reversed(past):
-                        if p is None or not p.failing:
-                            break
-                        since = d
-                    cell.since = since if streak else None
+                    cell.since = _streak_start(past, date, lambda p: p.failing)
                 else:
                     cell.status = "new-failure"
+                    _bisect_hint(cell, nights, run)
             elif res.outcome == "skipped":
                 # ran on the last night this runner saw it, skips tonight: news, not noise
                 cell.status = "newly-skipped" if prev is not None and \
                     prev.outcome != "skipped" else "skipped"
-                skip_reasons[res.reason or "(no reason given)"] += 1
+                cell.reason = res.reason or "(no reason given)"
+                cell.since = _streak_start(past, date, lambda p: p.outcome == "skipped")
+                skip_reasons[cell.reason] += 1
             elif prev is not None and prev.failing:
                 cell.status = "fixed"
             elif res.outcome == "xfailed":
                 cell.status = "xfailed"
             cells[(test_id, runner)] = cell
+        _vanished(runner, run, nights, cells)
+    tests = sorted({test for test, _ in cells})
     trend = _trend(nights, runs, date)
     return Comparison(date, sorted(runs), tests, cells, results, [d for d, _ in nights], trend,
                       problems, skip_reasons, runs)
+
+
+def changes_text(changes: list[dict[str, Any]]) -> str:
+    """The bisect hint in one line: ``torch: 2.8.0 -> 2.9.0; cann: 8.2 -> 8.3``."""
+    return "; ".join(f"{c['name']}: {c['then']} -> {c['now']}" for c in changes)
+
+
+def _streak_start(past: list[tuple[str, TestResult | None]], date: str,
+                  same: Any) -> str:
+    """The first night of the run of nights, ending tonight, on which ``same`` held."""
+    since = date
+    for night, result in reversed(past):
+        if result is None or not same(result):
+            break
+        since = night
+    return since
+
+
+def _bisect_hint(cell: Cell, nights: list[tuple[str, dict[str, RunResults]]],
+                 run: RunResults) -> None:
+    """What changed in the runner's stack between the last night the test passed and
+    tonight: the first question at 3 a.m."""
+    from harness.manifest import differences
+
+    for night, runs in reversed(nights):
+        then = runs.get(cell.runner)
+        result = then.tests.get(cell.test) if then else None
+        if then is not None and result is not None and result.outcome in ("passed", "xfailed"):
+            cell.last_passed = night
+            cell.changes = differences(then.header.get("manifest"), run.header.get("manifest"))
+            return
+
+
+def _vanished(runner: str, run: RunResults, nights: list[tuple[str, dict[str, RunResults]]],
+              cells: dict[tuple[str, str], Cell]) -> None:
+    """Tests an earlier night of this runner had that tonight did not collect at all."""
+    last_seen: dict[str, str] = {}
+    for night, runs in nights:
+        if runner in runs:
+            for test_id in runs[runner].tests:
+                last_seen[test_id] = night
+    for test_id, night in last_seen.items():
+        if test_id not in run.tests:
+            cells[(test_id, runner)] = Cell(test_id, runner, "absent", "vanished", since=night)
 
 
 def _trend(nights: list[tuple[str, dict[str, RunResults]]], tonight: dict[str, RunResults],

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.report.compare import Cell, Comparison
+from harness.report.compare import Cell, Comparison, changes_text
 from harness.report.load import FAILING, RunResults, TestResult
 
 #: check family -> the test-file name prefixes that belong to it (first match wins)
@@ -23,7 +23,7 @@ FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 OTHER = "other"
 #: statuses that put a matrix row in view (the rest fold behind a count)
-ATTENTION = ("new-failure", "still-failing", "flaky", "fixed", "newly-skipped")
+ATTENTION = ("new-failure", "still-failing", "flaky", "fixed", "newly-skipped", "vanished")
 #: the stack shown on each runner line: (label, where in the results header)
 STACK = (("torch", ("packages", "torch")), ("torch_npu", ("packages", "torch_npu")),
          ("CANN", ("hardware", "cann_version")), ("driver", ("hardware", "driver_version")),
@@ -177,6 +177,12 @@ def failure_cards(comp: Comparison) -> list[Card]:
                     _message(first.longrepr) or "(no failure text recorded)",
                     _diagnoses(family, first, cells[0]), full=first.longrepr)
         for cell in cells:
+            if cell.status == "new-failure" and cell.last_passed:
+                card.diagnoses.insert(0, Diagnosis(
+                    f"what changed on {cell.runner} since it last passed ({cell.last_passed})",
+                    changes_text(cell.changes).replace("; ", "\n")
+                    or "nothing in the stack manifest: look at the test, the harness, or "
+                    "the machine"))
             for child in comp.results[(test, cell.runner)].children:
                 tail = str(child.get("stderr_tail") or "")
                 title = f"{cell.runner}: child {child.get('pid')}: {child.get('summary')}"
@@ -252,6 +258,7 @@ def news(comp: Comparison) -> list[tuple[str, str, int]]:
             ("flaky", "flaky", len(summary["flaky"])),
             ("event-changes", "event-count changes", len(summary["event_changes"])),
             ("newly-skipped", "newly skipped", len(summary["newly_skipped"])),
+            ("vanished", "vanished", len(summary["vanished"])),
             ("upstream-drift", "upstream drift", len(summary["upstream_drift"])),
             ("release-findings", "findings about releases", len(summary["release_findings"])),
             ("still-failing", "still failing", len(summary["still_failing"]))]

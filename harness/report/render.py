@@ -17,7 +17,7 @@ import jinja2
 from markupsafe import Markup
 
 from harness.report import page
-from harness.report.compare import Comparison
+from harness.report.compare import Comparison, changes_text
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#7f7f7f")
@@ -57,7 +57,11 @@ def _md(text: Any) -> str:
 TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "Still failing",
           "flaky": "Flaky", "event_changes": "Dispatch-event counts changed",
           "newly_skipped": "Newly skipped", "upstream_drift": "Upstream drift",
-          "release_findings": "Findings about releases"}
+          "release_findings": "Findings about releases",
+          "vanished": "Vanished (not collected tonight)"}
+#: rows of the skipped table in summary.md (all of them are in summary.json)
+MD_SKIPPED_ROWS = 200
+
 
 
 def summary_markdown(comp: Comparison) -> str:
@@ -67,12 +71,25 @@ def summary_markdown(comp: Comparison) -> str:
              f"{s['tests']} tests; compared with {len(comp.nights)} earlier night(s).", "",
              "| | count |", "|---|---|"]
     for key in ("new_failures", "fixed", "still_failing", "flaky", "event_changes",
-                "newly_skipped", "upstream_drift", "release_findings"):
+                "newly_skipped", "vanished", "upstream_drift", "release_findings"):
         lines.append(f"| {TITLES[key]} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
     lines.append(f"| Skipped | {skipped} |")
-    for key in ("new_failures", "still_failing", "flaky", "fixed", "newly_skipped",
-                "upstream_drift", "release_findings"):
+    if s["new_failures"]:
+        lines += ["", f"## {TITLES['new_failures']}", "",
+                  "| test | runner | outcome | last passed | what changed since (stack) |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['outcome'])} | "
+                  f"{_md(r['last_passed'] or 'never in the window')} | "
+                  f"{_md(changes_text(r['changes']) or ('nothing' if r['last_passed'] else ''))}"
+                  " |" for r in s["new_failures"]]
+    if s["vanished"]:
+        lines += ["", f"## {TITLES['vanished']}", "", "| test | runner | last seen |",
+                  "|---|---|---|"]
+        lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['since'])} |"
+                  for r in s["vanished"]]
+    for key in ("still_failing", "flaky", "fixed", "newly_skipped",
+                "upstream_drift", "release_findings"):  # new failures: above, with the hint
         if s[key]:
             lines += ["", f"## {TITLES[key]}", "", "| test | runner | outcome | since |",
                       "|---|---|---|---|"]
@@ -83,6 +100,15 @@ def summary_markdown(comp: Comparison) -> str:
                   "| test | runner | before | now |", "|---|---|---|---|"]
         lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['events_before'])} | "
                   f"{_md(r['events_now'])} |" for r in s["event_changes"]]
+    if s["skipped"]:
+        rows = sorted(s["skipped"], key=lambda r: (r["status"] != "newly-skipped",
+                                                   r["since"] or "", r["test"]))
+        lines += ["", "## Skipped, since when", "", "| test | runner | skipped since | reason |",
+                  "|---|---|---|---|"]
+        lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['since'])} | "
+                  f"{_md(r['reason'])} |" for r in rows[:MD_SKIPPED_ROWS]]
+        if len(rows) > MD_SKIPPED_ROWS:
+            lines.append(f"| ... {len(rows) - MD_SKIPPED_ROWS} more in summary.json | | | |")
     if s["skipped_by_reason"]:
         lines += ["", "## Skipped, by reason", "", "| reason | count |", "|---|---|"]
         lines += [f"| {_md(reason)} | {n} |" for reason, n in s["skipped_by_reason"].items()]

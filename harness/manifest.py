@@ -1,0 +1,165 @@
+"""The stack manifest: the versions of everything under test on this runner, each with where
+it was read, so that the report can answer "what changed since the last green night?".
+
+Package versions are read in an isolated child (a fresh interpreter, nothing imported:
+package metadata and ``direct_url.json`` only, so nothing here can initialise a device or
+be skewed by what the pytest process imported); a package installed from a checkout also
+gets that checkout's git revision. The NPU entries (SoC, family, driver, CANN) come from the
+session's hardware detection, itself run in an isolated child.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.metadata
+import importlib.util
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+#: manifest key -> distribution name
+PACKAGES = {
+    "npu-regress": "npu-regress", "torch": "torch", "torch_npu": "torch-npu",
+    "vllm": "vllm", "vllm_ascend": "vllm-ascend", "verl": "verl",
+    "batch_invariant_ops": "batch_invariant_ops", "pytest": "pytest",
+}
+#: the module to look for when a package has no metadata (built and copied in by hand)
+MODULES = {"torch_npu": "torch_npu", "vllm_ascend": "vllm_ascend",
+           "batch_invariant_ops": "batch_invariant_ops"}
+
+Manifest = dict[str, dict[str, Any]]
+
+
+def read_packages() -> Manifest:
+    """In the child: ``{name: {"version", "source"[, "revision"]}}`` for Python and each
+    package (``version`` None: not installed)."""
+    entries: Manifest = {"python": {"version": platform.python_version(),
+                                    "source": sys.executable}}
+    for key, dist in PACKAGES.items():
+        try:
+            found = importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            entries[key] = _without_metadata(key)
+            continue
+        entry: dict[str, Any] = {"version": found.version,
+                                 "source": f"package metadata of {dist}"}
+        revision = None
+        for candidate in importlib.metadata.distributions(name=dist):  # an egg-info in the
+            revision = revision or _source_revision(candidate)  # cwd can shadow the install
+        if revision:
+            entry.update(revision)
+        entries[key] = entry
+    return entries
+
+
+def _without_metadata(key: str) -> dict[str, Any]:
+    module = MODULES.get(key)
+    spec = None
+    if module:
+        with contextlib.suppress(Exception):
+            spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return {"version": None, "source": "not installed"}
+    generated = Path(spec.origin).parent / "_version.py"  # setuptools-scm / vcs-versioning
+    values = _literal_assignments(generated, ("__version__", "__commit_id__"))
+    if values.get("__version__"):
+        entry = {"version": str(values["__version__"]), "source": f"{generated} (no metadata)"}
+        if values.get("__commit_id__"):
+            entry.update(revision=str(values["__commit_id__"]), revision_source=str(generated))
+        return entry
+    return {"version": "unknown", "source": f"module {module} at {spec.origin} (no metadata)"}
+
+
+def _literal_assignments(path: Path, names: tuple[str, ...]) -> dict[str, Any]:
+    """``NAME = <literal>`` values in a Python file, read without importing it."""
+    found: dict[str, Any] = {}
+    with contextlib.suppress(OSError, SyntaxError, ValueError):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign):
+                targets = [t for t in node.targets if isinstance(t, ast.Name)]
+                # ``__version__ = version = '1.0'``: every name bound to the same literal
+                for target in targets:
+                    if target.id in names:
+                        with contextlib.suppress(ValueError):
+                            found[target.id] = ast.literal_eval(node.value)
+    return found
+
+
+def _source_revision(dist: importlib.metadata.Distribution) -> dict[str, Any] | None:
+    """Where a package installed from a checkout or a VCS URL came from, and its revision."""
+    with contextlib.suppress(Exception):
+        raw = dist.read_text("direct_url.json")
+        if not raw:
+            return None
+        info = json.loads(raw)
+        vcs = info.get("vcs_info") or {}
+        if vcs.get("commit_id"):
+            return {"revision": vcs["commit_id"], "revision_source": info.get("url", "")}
+        url = urlparse(info.get("url", ""))
+        if url.scheme == "file":
+            path = unquote(url.path)
+            out = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True,
+                                 text=True, timeout=10, check=False)
+            if out.returncode == 0 and out.stdout.strip():
+                return {"revision": out.stdout.strip(), "revision_source": f"git in {path}"}
+    return None
+
+
+def hardware_entries(npu: Any) -> Manifest:
+    """The NPU entries from the session's detection (``harness.hardware.NpuVersions``)."""
+    if npu is None:
+        return {}
+    where = dict(getattr(npu, "sources", {}) or {})
+    soc = f"{npu.soc_name or '?'} ({npu.soc_version})" if npu.soc_name or npu.soc_version \
+        else None
+    return {
+        "soc": {"version": soc or "not detected",
+                "source": where.get("soc_version") or where.get("soc_name") or "-"},
+        "family": {"version": npu.hardware.name, "source": "harness.hardware (from the SoC)"},
+        "driver": {"version": npu.driver_version or "not detected",
+                   "source": where.get("driver_version") or "-"},
+        "cann": {"version": npu.cann_version or "not detected",
+                 "source": where.get("cann_version") or "-"},
+    }
+
+
+def collect(npu: Any = None, timeout: float = 60.0) -> Manifest:
+    """The whole manifest: packages read in an isolated child, then the NPU entries. Never
+    raises: a child that fails leaves one entry saying so."""
+    from harness.isolation import isolate
+
+    res = isolate(read_packages, timeout=timeout, method="spawn")
+    if res.outcome == "returned":
+        entries: Manifest = dict(res.value)
+    else:
+        entries = {"packages": {"version": None,
+                                "source": f"the manifest child failed: {res.summary()}"}}
+    entries.update(hardware_entries(npu))
+    return entries
+
+
+def differences(then: Manifest | None, now: Manifest | None) -> list[dict[str, Any]]:
+    """Entries whose version or revision differ: ``[{"name", "then", "now"}]``."""
+    if not isinstance(then, dict) or not isinstance(now, dict):
+        return []
+    out = []
+    for name in sorted(set(then) | set(now)):
+        a, b = shown(then.get(name)), shown(now.get(name))
+        if a != b:
+            out.append({"name": name, "then": a, "now": b})
+    return out
+
+
+def shown(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return "absent"
+    version = entry.get("version")
+    text = "not installed" if version is None else str(version)
+    if entry.get("revision"):
+        text += f" @ {str(entry['revision'])[:12]}"
+    return text
