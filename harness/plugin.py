@@ -40,7 +40,7 @@ from harness.forkserver import (
 from harness.hardware import NpuVersions, detect_in_child, parse_version
 from harness.isolation import Launcher, child_contexts, isolate, resolve_launcher
 from harness.result import IsolatedResult
-from harness.results import ResultsWriter, child_record
+from harness.results import ResultsInUse, ResultsWriter, child_record
 from harness.spoof import NpuSpoof
 from harness.whole_test import HarnessHookspecs, WholeTestIsolation
 
@@ -323,6 +323,8 @@ def _register_results(config: pytest.Config, session: HarnessSession) -> None:
         target = Path(str(config.invocation_params.dir)) / target
     try:
         writer = ResultsWriter(target, config, session)
+    except ResultsInUse as exc:
+        raise pytest.UsageError(f"--harness-results {path}: {exc}") from None
     except OSError as exc:
         raise pytest.UsageError(f"--harness-results {path}: cannot write there ({exc})") from None
     config.pluginmanager.register(writer, "npu_regress_results")

@@ -11,6 +11,7 @@ flushed after every line.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -18,6 +19,7 @@ import platform
 import socket
 import subprocess
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import IO, Any
@@ -56,28 +58,88 @@ def outcome_of(report: pytest.TestReport) -> str:
     return report.outcome
 
 
+class ResultsInUse(OSError):
+    """Another live pytest session writes the same results file."""
+
+
+class ResultsLost(pytest.PytestWarning):
+    """The results file could not be written (a full disk): the rest of the run is lost."""
+
+
 class ResultsWriter:
-    """A pytest plugin object writing the results file; one per (controller) session."""
+    """A pytest plugin object writing the results file; one per (controller) session.
+
+    A second session on the same path is refused at start (a lock beside the file names
+    the session holding it); a write that fails (a full disk) stops the writing with one
+    warning, the tests go on, and the exit status says results were lost."""
 
     def __init__(self, path: Path, config: pytest.Config, session: Any) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.session = session
+        self._lock = self._take_lock(path)
         self._fh: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - lives all session
         self.counts: Counter[str] = Counter()
         self._started = time.monotonic()
+        #: why writing stopped (an OSError's text), or None
+        self.lost: str | None = None
         self.header(config, session)
+
+    @staticmethod
+    def _take_lock(path: Path) -> IO[str]:
+        import fcntl
+
+        lock_path = path.with_name(path.name + ".lock")
+        lock = open(lock_path, "a+", encoding="utf-8")  # noqa: SIM115 - held all session
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            lock.close()
+            raise ResultsInUse(
+                f"another pytest session ({holder}) is writing this results file; give "
+                "each session its own --harness-results path") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()} on {socket.gethostname()}, since {_now()}\n")
+        lock.flush()
+        return lock
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.test(report, self.session)
 
     @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, exitstatus: int) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.footer(exitstatus)
+        if self.lost is not None and session.exitstatus in (pytest.ExitCode.OK,
+                                                            pytest.ExitCode.TESTS_FAILED):
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.lost is not None:
+            terminalreporter.write_line(
+                f"npu-regress: results LOST after {sum(self.counts.values())} tests: "
+                f"{self.path}: {self.lost} (exit status 3)", red=True, bold=True)
 
     def write(self, record: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(record, default=str, sort_keys=True) + "\n")
-        self._fh.flush()
+        if self.lost is not None:
+            return
+        try:
+            self._fh.write(json.dumps(record, default=str, sort_keys=True) + "\n")
+            self._fh.flush()
+        except OSError as exc:
+            self.lost = str(exc)
+            warnings.warn(ResultsLost(
+                f"{self.path}: writing results failed ({exc}); the tests go on, their "
+                "results are not recorded, and the exit status will say so"), stacklevel=1)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._fh.close()
+        with contextlib.suppress(OSError):
+            Path(self._lock.name).unlink()
+            self._lock.close()
 
     def header(self, config: pytest.Config, session: Any) -> None:
         runner = (config.getoption("harness_runner") or os.environ.get(RUNNER_ENV)
@@ -134,7 +196,7 @@ class ResultsWriter:
         self.write({"type": "footer", "end": _now(), "exitstatus": int(exitstatus),
                     "counts": dict(self.counts),
                     "duration": round(time.monotonic() - self._started, 3)})
-        self._fh.close()
+        self.close()
 
 
 def _json_or_none(value: Any) -> Any:

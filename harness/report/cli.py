@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.report import history as hist
-from harness.report.compare import compare
+from harness.report.compare import compare, tonight_date
 from harness.report.load import load_any
 from harness.report.render import render
 
@@ -53,9 +53,18 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         return 0
     tonight = [load_any(p) for p in args.results]
-    date = max((r.date for r in tonight), default=None)
-    comp = compare(tonight, hist.load_history(args.history, before=date))
-    for path in render(comp, args.out):
+    date, _ = tonight_date(tonight)
+    history_problems: list[str] = []
+    comp = compare(tonight, hist.load_history(args.history, before=date,
+                                              problems=history_problems))
+    comp.problems.extend(history_problems)
+    try:
+        written = render(comp, args.out)
+    except OSError as exc:
+        print(f"npu-regress: --out {args.out}: cannot write the report there ({exc}); "
+              "give a writable folder", file=sys.stderr)
+        return 2
+    for path in written:
         print(f"wrote {path}")
     for problem in comp.problems:
         print(f"warning: {problem}", file=sys.stderr)

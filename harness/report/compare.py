@@ -4,6 +4,7 @@ test still passes."""
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -99,6 +100,21 @@ def _category(outcome: str | None) -> str | None:
     return None  # skipped or absent: says nothing about flakiness
 
 
+def tonight_date(runs: list[RunResults]) -> tuple[str, str | None]:
+    """Tonight's date: the latest date among the inputs; inputs without one (a JUnit file
+    without timestamp) take it. With no date anywhere: today (UTC), said in the problems.
+    Never "unknown": history would then include tonight itself."""
+    dates = [r.date for r in runs if r.date != "unknown-date"]
+    undated = [r.path for r in runs if r.date == "unknown-date"]
+    if dates:
+        why = (f"no start date in {', '.join(undated)}: taken as {max(dates)}, the other "
+               "inputs' date") if undated else None
+        return max(dates), why
+    today = _dt.datetime.now(_dt.timezone.utc).date().isoformat()
+    return today, (f"no start date in any input ({', '.join(undated) or 'none given'}): "
+                   f"tonight taken as {today} (today, UTC)")
+
+
 def compare(tonight: list[RunResults], nights: list[tuple[str, dict[str, RunResults]]]
             ) -> Comparison:
     runs: dict[str, RunResults] = {}
@@ -114,7 +130,9 @@ def compare(tonight: list[RunResults], nights: list[tuple[str, dict[str, RunResu
             run.runner = name
         runs[name] = run
         problems.extend(run.problems)
-    date = max((r.date for r in runs.values()), default="unknown-date")
+    date, why = tonight_date(list(runs.values()))
+    if why:
+        problems.append(why)
     tests = sorted({t for r in runs.values() for t in r.tests})
     cells: dict[tuple[str, str], Cell] = {}
     results: dict[tuple[str, str], TestResult] = {}

@@ -1,12 +1,18 @@
-"""Earlier nights: ``history/<date>/<runner>.jsonl``, the last N nights kept."""
+"""Earlier nights: ``history/<date>/<runner>.jsonl``, the last N nights kept.
+
+The history folder is shared (a CI cache) and may hold anything: only real folders and
+regular files inside it are read or written, never through a symbolic link, and a new
+night's file is written whole and then renamed into place."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
-from harness.report.load import RunResults, load_results
+from harness.report.load import RunResults, load_results, readable_file
 
 DEFAULT_KEEP = 14
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -27,31 +33,60 @@ def add(paths: list[Path], history: Path, *, keep: int = DEFAULT_KEEP,
         if not _DATE.fullmatch(night):
             messages.append(f"{path}: no start date in its header; pass --date YYYY-MM-DD")
             continue
-        target = history / night / f"{safe_name(run.runner)}.jsonl"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
+        folder = history / night
+        if history.is_symlink() or folder.is_symlink():
+            messages.append(f"{path}: not filed: {folder} is a symbolic link (remove it)")
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{safe_name(run.runner)}.jsonl"
+        # written whole beside the target, then renamed over it: a planted link at the
+        # target is replaced, never written through
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".filing-")
+        try:
+            with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+                shutil.copyfileobj(src, out)
+            os.replace(tmp, target)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            messages.append(f"{path}: not filed ({exc})")
+            continue
         messages.append(f"{path} -> {target} ({len(run.tests)} tests, runner {run.runner})")
-    nights = sorted(p for p in history.iterdir() if p.is_dir() and _DATE.fullmatch(p.name)) \
-        if history.is_dir() else []
+    nights = sorted(p for p in history.iterdir() if _DATE.fullmatch(p.name)
+                    and (p.is_symlink() or p.is_dir())) if history.is_dir() else []
     for old in nights[:-keep] if keep > 0 else []:
-        shutil.rmtree(old)
+        if old.is_symlink():
+            old.unlink()  # the link goes; what it pointed to is not ours to delete
+        else:
+            shutil.rmtree(old, ignore_errors=True)
         messages.append(f"dropped {old.name} (keeping the last {keep} nights)")
     return messages
 
 
-def load_history(history: Path | None, *, before: str | None = None
+def load_history(history: Path | None, *, before: str | None = None,
+                 problems: list[str] | None = None
                  ) -> list[tuple[str, dict[str, RunResults]]]:
     """Nights in date order, oldest first: (date, {runner: results}); only nights before
-    ``before`` when given (tonight itself may already be filed)."""
+    ``before`` when given (tonight itself may already be filed). What is refused (links,
+    FIFOs, huge files) and every bad line is added to ``problems``."""
+    problems = problems if problems is not None else []
     if history is None or not history.is_dir():
         return []
     nights = []
-    for night in sorted(p for p in history.iterdir() if p.is_dir() and _DATE.fullmatch(p.name)):
+    for night in sorted(p for p in history.iterdir() if _DATE.fullmatch(p.name)):
         if before is not None and night.name >= before:
+            continue
+        if night.is_symlink() or not night.is_dir():
+            problems.append(f"{night}: not a folder of the history (a link?): not read")
             continue
         runs = {}
         for path in sorted(night.glob("*.jsonl")):
-            run = load_results(path)
+            refused = readable_file(path, follow_links=False)
+            if refused:
+                problems.append(f"{path}: {refused}")
+                continue
+            run = load_results(path, follow_links=False)
+            problems.extend(f"history {night.name}: {p}" for p in run.problems
+                            if "no footer" not in p)
             runs[run.runner] = run
         nights.append((night.name, runs))
     return nights

@@ -10,6 +10,8 @@ footer.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,12 @@ FAILING = ("failed", "error", "xpassed")
 #: longest string kept from any field (longer ones are cut, not rejected)
 MAX_TEXT = 20_000
 MAX_LINE = 2_000_000
+#: largest input file read (a link to /dev/zero, a runaway log): bigger ones are reported
+MAX_FILE = 512 * 1024 * 1024
+#: deepest nesting kept from a header, footer or report field (deeper parts become text)
+MAX_DEPTH = 8
+#: worst first: which outcome a test id that appears twice keeps
+_SEVERITY = {"error": 0, "failed": 1, "xpassed": 2, "passed": 3, "xfailed": 4, "skipped": 5}
 
 
 @dataclass
@@ -67,8 +75,24 @@ class RunResults:
 def _text(value: Any, limit: int = MAX_TEXT) -> str:
     if value is None:
         return ""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[:limit] + " [...cut]"
+    text = value if isinstance(value, str) else json.dumps(_plain(value), default=str)
+    text = text if len(text) <= limit else text[:limit] + " [...cut]"
+    # a lone surrogate ("\ud800" in JSON) cannot be written as UTF-8: replace it
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A JSON value with strings made writable and nesting cut at MAX_DEPTH (a 1000-deep
+    line must not break every later render)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if depth >= MAX_DEPTH and isinstance(value, dict | list):
+        return "[nested too deep: cut]"
+    if isinstance(value, dict):
+        return {_plain(str(k)): _plain(v, depth + 1) for k, v in list(value.items())[:1000]}
+    if isinstance(value, list):
+        return [_plain(v, depth + 1) for v in value[:1000]]
+    return value
 
 
 def _events(value: Any) -> dict[str, int] | None:
@@ -82,6 +106,7 @@ def _small(value: Any) -> Any:
     """A JSON value kept as-is when small, else its text cut to MAX_TEXT."""
     if value is None:
         return None
+    value = _plain(value)
     text = json.dumps(value, default=str)
     return value if len(text) <= MAX_TEXT else _text(text)
 
@@ -122,6 +147,10 @@ def load_junit(path: Path) -> RunResults:
     from defusedxml.common import DefusedXmlException
 
     run = RunResults(path=str(path), runner=path.stem)
+    refused = readable_file(path)
+    if refused:
+        run.problems.append(f"{path}: {refused}")
+        return run
     try:
         root = ElementTree.parse(path).getroot()
     except (ElementTree.ParseError, DefusedXmlException, OSError) as exc:
@@ -171,9 +200,29 @@ def load_any(path: Path) -> RunResults:
     return load_junit(path) if path.suffix.lower() == ".xml" else load_results(path)
 
 
-def load_results(path: Path) -> RunResults:
+def readable_file(path: Path, *, follow_links: bool = True) -> str | None:
+    """Why ``path`` must not be read (a FIFO would hang, /dev/zero never ends, a link out of
+    the history folder is not ours), or None."""
+    try:
+        st = os.stat(path) if follow_links else os.lstat(path)
+    except OSError as exc:
+        return f"cannot read ({exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link: not followed"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file: not read"
+    if st.st_size > MAX_FILE:
+        return f"{st.st_size} bytes, more than the {MAX_FILE} read: not read"
+    return None
+
+
+def load_results(path: Path, *, follow_links: bool = True) -> RunResults:
     """Every readable line of one results file; problems recorded, never raised."""
     run = RunResults(path=str(path), runner=path.stem)
+    refused = readable_file(path, follow_links=follow_links)
+    if refused:
+        run.problems.append(f"{path}: {refused}")
+        return run
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -193,21 +242,27 @@ def load_results(path: Path) -> RunResults:
                 raise ValueError("not a JSON object")
             kind = record.get("type")
             if kind == "header":
-                run.header = {k: v for k, v in record.items() if isinstance(k, str)}
+                run.header = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
                 if isinstance(record.get("runner"), str) and record["runner"].strip():
                     run.runner = _text(record["runner"], 200)
             elif kind == "test":
                 result = parse_test(record)
-                if result.id in run.tests and result.outcome != "error":
-                    continue  # a teardown line never hides the call's outcome
-                if result.id in run.tests:
-                    result.longrepr = run.tests[result.id].longrepr + "\n" + result.longrepr
+                earlier = run.tests.get(result.id)
+                if earlier is not None:
+                    teardown = record.get("when") == "teardown" and result.outcome == "error"
+                    if not teardown:  # a second teardown-error line is the harness's own
+                        run.problems.append(
+                            f"{where}: test id {_text(result.id, 200)!r} appears again "
+                            f"({earlier.outcome}, then {result.outcome}); the worst is kept")
+                    if _SEVERITY[result.outcome] >= _SEVERITY[earlier.outcome]:
+                        continue  # never hide a worse outcome behind a better one
+                    result.longrepr = (earlier.longrepr + "\n" + result.longrepr).strip()
                 run.tests[result.id] = result
             elif kind == "footer":
-                run.footer = record
+                run.footer = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
             else:
                 raise ValueError(f"unknown line type {_text(kind, 40)!r}")
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
             run.problems.append(f"{where}: skipped ({_text(str(exc), 300)})")
     if not run.header:
         run.problems.append(f"{path.name}: no header line; runner named after the file")

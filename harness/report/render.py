@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,13 @@ def render(comp: Comparison, out: Path) -> list[Path]:
     written = []
     for name, text in files.items():
         path = out / name
-        path.write_text(text, encoding="utf-8")
+        # written whole beside the old file, then renamed over it: a failure (a full disk)
+        # leaves last night's report as it was, never a truncated one
+        tmp = out / f".{name}.tmp"
+        try:
+            tmp.write_text(text, encoding="utf-8", errors="replace")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
         written.append(path)
     return written
