@@ -96,7 +96,7 @@ def test_truncated_malformed_and_hostile_lines_are_skipped_not_fatal(tmp_path: P
     run = load_results(path)
     assert sorted(run.tests) == ["t::<script>alert(1)</script>", "t::ok"]
     assert run.tests["t::<script>alert(1)</script>"].dispatch_events == {"aten::mm": 2}
-    assert run.tests["t::<script>alert(1)</script>"].children == []
+    assert run.tests["t::<script>alert(1)</script>"].children == ()
     problems = "\n".join(run.problems)
     for expected in ("bad.jsonl:3: skipped (not a JSON object)",
                      "bad.jsonl:4: skipped (a test line without a string 'id')",

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.report.load import RunResults, TestResult
 
 #: outcome flips (pass <-> fail) within the window that make a test flaky
 FLAKY_FLIPS = 2
+#: shared by every cell without earlier nights / stack changes (a night may hold 10^6
+#: cells); never mutated: ``_bisect_hint`` assigns a new list
+_NO_HISTORY: list[str] = []
+_NO_CHANGES: list[dict[str, Any]] = []
 
 
-@dataclass
+@dataclass(slots=True)
 class Cell:
     test: str
     runner: str
@@ -30,7 +34,7 @@ class Cell:
     #: new failure: the last night it passed on this runner, and the stack manifest entries
     #: that differ between that night and tonight (the bisect hint)
     last_passed: str | None = None
-    changes: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=lambda: _NO_CHANGES)
     history: list[str] = field(default_factory=list)
     events_before: dict[str, int] | None = None
     events_now: dict[str, int] | None = None
@@ -54,13 +58,15 @@ class Comparison:
     skip_reasons: Counter[str] = field(default_factory=Counter)
     #: tonight's run of each runner (its header: device, hardware, package versions)
     runs: dict[str, RunResults] = field(default_factory=dict)
+    _summary: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def by_status(self, status: str) -> list[Cell]:
         return [c for c in self.cells.values() if c.status == status]
 
     @staticmethod
     def _rows(cells: list[Cell]) -> list[dict[str, Any]]:
-        return [{k: v for k, v in asdict(c).items() if k != "history"} for c in
+        names = [f.name for f in fields(Cell) if f.name != "history"]
+        return [{name: getattr(c, name) for name in names} for c in
                 sorted(cells, key=lambda c: (c.test, c.runner))]
 
     def _category_rows(self, category: str) -> list[dict[str, Any]]:
@@ -72,6 +78,12 @@ class Comparison:
         return [c for c in self.cells.values() if c.events_changed]
 
     def summary(self) -> dict[str, Any]:
+        """The night in plain data (summary.json); made once (a large night has 10^6 cells)."""
+        if self._summary is None:
+            self._summary = self._make_summary()
+        return self._summary
+
+    def _make_summary(self) -> dict[str, Any]:
         rows = self._rows
         counts = Counter(c.outcome for c in self.cells.values())
         return {
@@ -139,9 +151,10 @@ def compare(tonight: list[RunResults], nights: list[tuple[str, dict[str, RunResu
     skip_reasons: Counter[str] = Counter()
     for runner, run in runs.items():
         for test_id, res in run.tests.items():
-            results[(test_id, runner)] = res
+            key = (test_id, runner)  # one tuple for both maps: a night may hold 10^6 tests
+            results[key] = res
             past = [(d, n[runner].tests.get(test_id)) for d, n in nights if runner in n]
-            history = [p.outcome if p else "absent" for _, p in past]
+            history = [p.outcome if p else "absent" for _, p in past] if past else _NO_HISTORY
             prev = next((p for _, p in reversed(past) if p is not None), None)
             cell = Cell(test_id, runner, res.outcome, "passing", history=history,
                         events_before=prev.dispatch_events if prev else None,
@@ -168,7 +181,7 @@ def compare(tonight: list[RunResults], nights: list[tuple[str, dict[str, RunResu
                 cell.status = "fixed"
             elif res.outcome == "xfailed":
                 cell.status = "xfailed"
-            cells[(test_id, runner)] = cell
+            cells[key] = cell
         _vanished(runner, run, nights, cells)
     tests = sorted({test for test, _ in cells})
     trend = _trend(nights, runs, date)

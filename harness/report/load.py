@@ -18,6 +18,7 @@ from typing import Any
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 FAILING = ("failed", "error", "xpassed")
+_OUTCOME = {o: o for o in OUTCOMES}
 #: longest string kept from any field (longer ones are cut, not rejected)
 MAX_TEXT = 20_000
 MAX_LINE = 2_000_000
@@ -29,7 +30,7 @@ MAX_DEPTH = 8
 _SEVERITY = {"error": 0, "failed": 1, "xpassed": 2, "passed": 3, "xfailed": 4, "skipped": 5}
 
 
-@dataclass
+@dataclass(slots=True)
 class TestResult:
     id: str
     outcome: str
@@ -38,7 +39,7 @@ class TestResult:
     longrepr: str = ""
     dispatch_events: dict[str, int] | None = None
     logprob_report: Any = None
-    children: list[dict[str, Any]] = field(default_factory=list)
+    children: tuple[dict[str, Any], ...] = ()
     #: "upstream-drift" where the failure is a missing or renamed upstream symbol
     category: str = ""
 
@@ -77,15 +78,26 @@ def _text(value: Any, limit: int = MAX_TEXT) -> str:
         return ""
     text = value if isinstance(value, str) else json.dumps(_plain(value), default=str)
     text = text if len(text) <= limit else text[:limit] + " [...cut]"
-    # a lone surrogate ("\ud800" in JSON) cannot be written as UTF-8: replace it
-    return text.encode("utf-8", "replace").decode("utf-8")
+    return _writable(text)
+
+
+def _writable(text: str) -> str:
+    """``text``, or a copy with each lone surrogate ("\ud800" in JSON, which cannot be
+    written as UTF-8) replaced; the original object when there is none (memory)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def _plain(value: Any, depth: int = 0) -> Any:
     """A JSON value with strings made writable and nesting cut at MAX_DEPTH (a 1000-deep
     line must not break every later render)."""
     if isinstance(value, str):
-        return value.encode("utf-8", "replace").decode("utf-8")
+        return _writable(value)
     if depth >= MAX_DEPTH and isinstance(value, dict | list):
         return "[nested too deep: cut]"
     if isinstance(value, dict):
@@ -111,15 +123,15 @@ def _small(value: Any) -> Any:
     return value if len(text) <= MAX_TEXT else _text(text)
 
 
-def _children(value: Any) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        return []
+def _children(value: Any) -> tuple[dict[str, Any], ...]:
+    if not isinstance(value, list) or not value:
+        return ()
     out = []
     for child in value[:20]:
         if isinstance(child, dict):
             out.append({_text(k, 100): (v if isinstance(v, int | float | bool) or v is None
                                         else _text(v, 4000)) for k, v in child.items()})
-    return out
+    return tuple(out)
 
 
 def parse_test(record: dict[str, Any]) -> TestResult:
@@ -130,7 +142,7 @@ def parse_test(record: dict[str, Any]) -> TestResult:
         raise ValueError(f"outcome {_text(outcome, 40)!r} is not one of {', '.join(OUTCOMES)}")
     duration = record.get("duration", 0.0)
     return TestResult(
-        id=_text(test_id, 1000), outcome=outcome,
+        id=_text(test_id, 1000), outcome=_OUTCOME[outcome],  # one str object per outcome
         duration=float(duration) if isinstance(duration, int | float) else 0.0,
         reason=_text(record.get("reason")), longrepr=_text(record.get("longrepr")),
         dispatch_events=_events(record.get("dispatch_events")),
@@ -224,49 +236,60 @@ def load_results(path: Path, *, follow_links: bool = True) -> RunResults:
         run.problems.append(f"{path}: {refused}")
         return run
     try:
-        raw = path.read_bytes()
+        fh = open(path, "rb")  # noqa: SIM115 - read line by line: memory by tests, not lines
     except OSError as exc:
         run.problems.append(f"{path}: cannot read ({exc})")
         return run
-    lines = raw.decode("utf-8", errors="replace").splitlines()
-    for number, line in enumerate(lines, 1):
-        where = f"{path.name}:{number}"
-        if not line.strip():
-            continue
-        if len(line) > MAX_LINE:
-            run.problems.append(f"{where}: line of {len(line)} characters skipped")
-            continue
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
-            kind = record.get("type")
-            if kind == "header":
-                run.header = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
-                if isinstance(record.get("runner"), str) and record["runner"].strip():
-                    run.runner = _text(record["runner"], 200)
-            elif kind == "test":
-                result = parse_test(record)
-                earlier = run.tests.get(result.id)
-                if earlier is not None:
-                    teardown = record.get("when") == "teardown" and result.outcome == "error"
-                    if not teardown:  # a second teardown-error line is the harness's own
-                        run.problems.append(
-                            f"{where}: test id {_text(result.id, 200)!r} appears again "
-                            f"({earlier.outcome}, then {result.outcome}); the worst is kept")
-                    if _SEVERITY[result.outcome] >= _SEVERITY[earlier.outcome]:
-                        continue  # never hide a worse outcome behind a better one
-                    result.longrepr = (earlier.longrepr + "\n" + result.longrepr).strip()
-                run.tests[result.id] = result
-            elif kind == "footer":
-                run.footer = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
-            else:
-                raise ValueError(f"unknown line type {_text(kind, 40)!r}")
-        except (ValueError, TypeError, KeyError, RecursionError) as exc:
-            run.problems.append(f"{where}: skipped ({_text(str(exc), 300)})")
+    with fh:
+        number = 0
+        while raw_line := fh.readline(MAX_LINE + 1):
+            number += 1
+            if len(raw_line) > MAX_LINE:  # read no more of it than the limit at a time
+                size = len(raw_line)
+                while not raw_line.endswith(b"\n") and (raw_line := fh.readline(MAX_LINE)):
+                    size += len(raw_line)
+                run.problems.append(f"{path.name}:{number}: line of {size} bytes skipped")
+                continue
+            _read_line(run, path, number, raw_line)
     if not run.header:
         run.problems.append(f"{path.name}: no header line; runner named after the file")
     if run.footer is None:
         run.problems.append(f"{path.name}: no footer: the run was cut short; "
                             f"{len(run.tests)} finished tests kept")
     return run
+
+
+def _read_line(run: RunResults, path: Path, number: int, raw_line: bytes) -> None:
+    """One line of a results file into ``run``; a bad line becomes a problem."""
+    where = f"{path.name}:{number}"
+    line = raw_line.decode("utf-8", errors="replace")
+    if not line.strip():
+        return
+    try:
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        kind = record.get("type")
+        if kind == "header":
+            run.header = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
+            if isinstance(record.get("runner"), str) and record["runner"].strip():
+                run.runner = _text(record["runner"], 200)
+        elif kind == "test":
+            result = parse_test(record)
+            earlier = run.tests.get(result.id)
+            if earlier is not None:
+                teardown = record.get("when") == "teardown" and result.outcome == "error"
+                if not teardown:  # a second teardown-error line is the harness's own
+                    run.problems.append(
+                        f"{where}: test id {_text(result.id, 200)!r} appears again "
+                        f"({earlier.outcome}, then {result.outcome}); the worst is kept")
+                if _SEVERITY[result.outcome] >= _SEVERITY[earlier.outcome]:
+                    return  # never hide a worse outcome behind a better one
+                result.longrepr = (earlier.longrepr + "\n" + result.longrepr).strip()
+            run.tests[result.id] = result
+        elif kind == "footer":
+            run.footer = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
+        else:
+            raise ValueError(f"unknown line type {_text(kind, 40)!r}")
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        run.problems.append(f"{where}: skipped ({_text(str(exc), 300)})")

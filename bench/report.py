@@ -1,0 +1,87 @@
+"""Render time, peak memory and page size of the nightly report for 10,000, 100,000 and
+1,000,000 result lines, side by side.
+
+    python bench/report.py [--lines 10000,100000,1000000] [--chromium]
+
+Each size is one results file of distinct tests (1% failing, 5% skipped, the rest passing)
+rendered by ``python -m harness report render`` in a fresh process; peak memory is that
+process's maximum resident set. ``--chromium`` also times headless Chromium loading and
+dumping the page (the target: under 10 s for 1,000,000 lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_results(path: Path, n: int) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(json.dumps({"type": "header", "runner": "bench", "start":
+                              "2026-12-01T00:00:00+00:00"}) + "\n")
+        for i in range(n):
+            outcome = "failed" if i % 100 == 0 else "skipped" if i % 20 == 1 else "passed"
+            record = {"type": "test", "id": f"suites/test_family_{i % 7}.py::test_case[{i}]",
+                      "outcome": outcome, "duration": 0.01}
+            if outcome == "failed":
+                record["longrepr"] = f"AssertionError: case {i} differs"
+            if outcome == "skipped":
+                record["reason"] = f"needs hardware {i % 3}"
+            out.write(json.dumps(record) + "\n")
+        out.write(json.dumps({"type": "footer", "exitstatus": 1, "duration": 1.0}) + "\n")
+
+
+def render(results: Path, out: Path) -> tuple[float, float]:
+    """Seconds and peak MiB of one render in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "harness", "report", "render", str(results),
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
+    took = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-3000:])
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return took, max(peak, before) / 1024
+
+
+def chromium_load(page: Path) -> float | None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        return None
+    start = time.perf_counter()
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                    page.as_uri()], capture_output=True, timeout=300)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lines", default="10000,100000,1000000")
+    parser.add_argument("--chromium", action="store_true")
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.lines.split(",")]
+    print(f"{'lines':>10} {'render s':>9} {'peak MiB':>9} {'page MB':>8} {'chromium s':>11}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            results, out = Path(tmp) / f"r{n}.jsonl", Path(tmp) / f"out{n}"
+            write_results(results, n)
+            took, peak = render(results, out)
+            page = out / "report.html"
+            size = page.stat().st_size / 1e6
+            load = chromium_load(page) if args.chromium else None
+            print(f"{n:>10} {took:>9.1f} {peak:>9.0f} {size:>8.1f} "
+                  f"{'-' if load is None else f'{load:.1f}':>11}", flush=True)
+            results.unlink()
+
+
+if __name__ == "__main__":
+    main()
