@@ -271,7 +271,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     harness_session = session.config.stash[SESSION_KEY]
     _record_manifest(session.config, harness_session)
     _register_results(session.config, harness_session)
-    if session.config.getoption("harness_isolate_all") and \
+    xdist_controller = bool(getattr(session.config.option, "numprocesses", None)) and \
+        not hasattr(session.config, "workerinput")  # runs no test itself
+    if session.config.getoption("harness_isolate_all") and not xdist_controller and \
             harness_session.method in ("auto", "forkserver"):
         harness_session.prestart()  # its torch import overlaps collection
 
