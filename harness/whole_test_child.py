@@ -235,15 +235,11 @@ class _StashHolder:
 def _log_capture(log: dict[str, Any], report: dict[str, Any]) -> Iterator[Any]:
     """pytest's two log handlers, as its logging plugin installs them around a test: one
     for the report's "Captured log" section, one for ``caplog``."""
-    try:
-        from _pytest.logging import (
-            LogCaptureHandler,
-            caplog_handler_key,
-            caplog_records_key,
-        )
-    except ImportError:
+    if not log:  # pytest's logging plugin is off (-p no:logging): it captures nothing
         yield None
         return
+    from _pytest.logging import LogCaptureHandler, caplog_handler_key, caplog_records_key
+
     level = log.get("level")
     root = logging.getLogger()
     report_handler = LogCaptureHandler()
