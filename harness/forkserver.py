@@ -231,25 +231,20 @@ def serve(sock_path: str, preload: list[str]) -> None:
             except (OSError, ValueError):
                 conn.close()
                 continue
-            if "argv" in req:  # the spawn supervisor: a fresh interpreter
-                try:
-                    proc = _exec_child(req)
-                except OSError as exc:
-                    with contextlib.suppress(OSError):
-                        conn.sendall(json.dumps({"error": f"{type(exc).__name__}: {exc}"})
-                                     .encode() + b"\n")
-                    conn.close()
-                    continue
-                pid = proc.pid
-                execs[pid] = proc
-            else:
-                try:
+            try:
+                if "argv" in req:  # the spawn supervisor: a fresh interpreter
+                    proc = _exec_child(Path(req["workdir"]), req["argv"], req["env"],
+                                       req["cwd"])
+                    pid = proc.pid
+                    execs[pid] = proc
+                else:
                     pid = hand_to_spare(req)
-                except OSError as exc:
-                    with contextlib.suppress(OSError):
-                        conn.sendall(json.dumps({"error": str(exc)}).encode() + b"\n")
-                    conn.close()
-                    continue
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+                                 .encode() + b"\n")
+                conn.close()
+                continue
             waiting[pid] = conn
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
             if "argv" not in req:
@@ -266,14 +261,13 @@ def _read_or_eof(fd: int) -> bool:
         return False
 
 
-def _exec_child(req: dict[str, Any]) -> subprocess.Popen[bytes]:
-    """Start ``req["argv"]`` as a session leader with the request's env, cwd and output
-    files (spawn isolation, from the supervisor)."""
-    workdir = Path(req["workdir"])
+def _exec_child(workdir: Path, argv: list[str], env: dict[str, str], cwd: str
+                ) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as a session leader with ``env``, ``cwd`` and the work folder's output
+    files (spawn isolation: from the supervisor, or directly without one)."""
     with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
-        return subprocess.Popen(
-            req["argv"], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=req["env"],
-            cwd=req["cwd"], start_new_session=True, close_fds=True)
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                env=env, cwd=cwd, start_new_session=True, close_fds=True)
 
 
 def _readline(conn: socket.socket) -> bytes:
@@ -508,11 +502,7 @@ class SpawnLauncher:
                               "children start directly, and what a crashed child or a "
                               "SIGKILLed pytest leaves behind may survive", RuntimeWarning,
                               stacklevel=2)
-        with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
-            proc = subprocess.Popen(spawn_argv(workdir), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=err, env=env, cwd=cwd, start_new_session=True,
-                                    close_fds=True)
-        return _PopenHandle(proc)
+        return _PopenHandle(_exec_child(workdir, spawn_argv(workdir), env, cwd))
 
 
 _servers: dict[tuple[tuple[str, ...], int], ForkServerLauncher] = {}

@@ -301,19 +301,15 @@ def _record_manifest(config: pytest.Config, session: HarnessSession) -> None:
     XML's global properties (``stack.<name>``). Read once, by the controller."""
     if hasattr(config, "workerinput"):
         return
-    xml = getattr(config, "_xml", None) or config.stash.get(_junit_key(), None)
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
     if not _option(config, "harness_results") and xml is None:
         return
     session.manifest = manifest.collect(session.npu)
     if xml is not None:
         for name, entry in session.manifest.items():
             xml.add_global_property(f"stack.{name}", manifest.shown(entry))
-
-
-def _junit_key() -> Any:
-    from _pytest.junitxml import xml_key
-
-    return xml_key
 
 
 def _register_results(config: pytest.Config, session: HarnessSession) -> None:

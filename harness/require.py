@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from harness.devices import has_module
+from harness.results import skip_reason
 
 #: capability -> words that, in a skip reason, point to it
 CAPABILITIES: dict[str, tuple[str, ...]] = {
@@ -105,14 +106,13 @@ class RequiredCapabilities:
         report = yield
         if not report.skipped or hasattr(report, "wasxfail"):
             return report
-        longrepr = report.longrepr
-        reason = str(longrepr[2] if isinstance(longrepr, tuple) else longrepr or "")
+        reason = skip_reason(report)
         for req in missing(self.requirements):
             if req.matches(reason):
                 report.outcome = "failed"
                 report.longrepr = (
                     f"required capability {req.spec!r} is missing on this runner: "
-                    f"{req.missing}. The test skipped ({reason.removeprefix('Skipped: ')}); "
+                    f"{req.missing}. The test skipped ({reason}); "
                     "this runner declares the capability required (--harness-require / ini "
                     "harness_require), so the skip is a failure.")
                 break

@@ -58,6 +58,15 @@ def outcome_of(report: pytest.TestReport) -> str:
     return report.outcome
 
 
+def skip_reason(report: pytest.TestReport) -> str:
+    """Why a skipped report skipped (an xfailed one: its xfail reason), without pytest's
+    "Skipped: " prefix."""
+    longrepr = report.longrepr
+    reason = (longrepr[2] if isinstance(longrepr, tuple) else
+              str(getattr(report, "wasxfail", "") or longrepr or ""))
+    return reason.removeprefix("Skipped: ")
+
+
 class ResultsInUse(OSError):
     """Another live pytest session writes the same results file."""
 
@@ -182,10 +191,7 @@ class ResultsWriter:
             "children": getattr(report, "harness_children", []),
         }
         if report.skipped:
-            longrepr = report.longrepr
-            reason = (longrepr[2] if isinstance(longrepr, tuple) else
-                      str(getattr(report, "wasxfail", "") or longrepr or ""))
-            record["reason"] = reason.removeprefix("Skipped: ")
+            record["reason"] = skip_reason(report)
         elif hasattr(report, "wasxfail"):
             record["reason"] = report.wasxfail
         if report.failed:

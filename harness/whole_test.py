@@ -89,14 +89,11 @@ def _restore_in_place(old: Any, new: Any) -> None:
     be done in place (what a yield fixture's teardown holds is the same object)."""
     if type(old) is not type(new):
         return
-    if isinstance(old, dict):
+    if isinstance(old, (dict, set)):
         old.clear()
         old.update(new)
     elif isinstance(old, (list, bytearray)):
         old[:] = new
-    elif isinstance(old, set):
-        old.clear()
-        old.update(new)
     elif hasattr(old, "__dict__") and not isinstance(old, type):
         try:
             vars(old).clear()

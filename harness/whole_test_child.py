@@ -27,7 +27,6 @@ import ast
 import contextlib
 import importlib
 import importlib.util
-import io
 import logging
 import marshal
 import os
@@ -37,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.child import _pack
 
 #: fixtures the child builds for itself (the parent's are bound to the parent's process)
 CHILD_BUILT = ("capsys", "capsysbinary", "capfd", "capfdbinary", "caplog", "recwarn",
@@ -145,7 +146,8 @@ class TestCall:
                     try:
                         return fn(**kwargs)
                     finally:
-                        report["funcargs_after"] = _repack(data["funcargs"])
+                        # what does not travel back stays as it was in the parent
+                        report["funcargs_after"] = _pack(data["funcargs"])[0]
             finally:
                 report["warnings"] = [_warning_record(w) for w in caught]
 
@@ -160,23 +162,9 @@ def _resolve(module: Any, qualname: str, instance: Any) -> Any:
 
 
 def _warning_record(w: warnings.WarningMessage) -> tuple[str, Any, str, int]:
-    category = w.category
-    import cloudpickle
-
-    try:
-        cloudpickle.dumps(category)
-    except Exception:  # noqa: BLE001 - a category that cannot travel: keep its text
-        category = UserWarning
+    """A recorded warning as it travels back: a category that cannot, as UserWarning."""
+    category = w.category if _pack(w.category)[0] is not None else UserWarning
     return str(w.message), category, str(w.filename), int(w.lineno or 0)
-
-
-def _repack(values: dict[str, Any]) -> bytes | None:
-    import cloudpickle
-
-    try:
-        return cloudpickle.dumps(values)
-    except Exception:  # noqa: BLE001 - values that do not travel back stay as they were
-        return None
 
 
 def _child_built(names: list[str], stack: contextlib.ExitStack, caplog_stash: Any
@@ -287,5 +275,5 @@ def _run_unittest(module: Any, qualname: str) -> None:
 
 
 def _last_line(text: str) -> str:
-    lines = [line for line in io.StringIO(text).read().splitlines() if line.strip()]
+    lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "expected failure"

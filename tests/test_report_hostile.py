@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,7 @@ from harness.report import history as hist
 from harness.report.cli import main as cli
 from harness.report.compare import compare
 from harness.report.load import load_results
-
-
-def _write(path: Path, records: list[object], tail: str = "") -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
-    return path
+from tests.test_report import _test, _write
 
 
 def _run(tmp_path: Path, date: str | None, tests: list[dict[str, object]],
@@ -29,10 +26,6 @@ def _run(tmp_path: Path, date: str | None, tests: list[dict[str, object]],
         header["start"] = f"{date}T00:00:00+00:00"
     return _write(tmp_path / f"{name}-{date or 'nodate'}.jsonl",
                   [header, *tests, {"type": "footer", "exitstatus": 0}])
-
-
-def _test(test_id: str, outcome: str, **extra: object) -> dict[str, object]:
-    return {"type": "test", "id": test_id, "outcome": outcome, **extra}
 
 
 def _render(tmp_path: Path, *inputs: Path, history: Path | None = None) -> dict[str, object]:
@@ -152,11 +145,9 @@ def test_slow():
                              cwd=pytester.path, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
-        for _ in range(600):
-            if marker.exists():
+        for _ in range(600):  # bounded wait for the first session to hold the file
+            if marker.exists() or first.poll() is not None:
                 break
-            first.wait(timeout=0.1) if first.poll() is not None else None
-            import time
             time.sleep(0.1)
         second = pytester.runpytest_subprocess(f"--harness-results={results}", "test_slow.py",
                                                "-k", "nothing")

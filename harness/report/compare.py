@@ -145,7 +145,6 @@ def compare(tonight: list[RunResults], nights: list[tuple[str, dict[str, RunResu
     date, why = tonight_date(list(runs.values()))
     if why:
         problems.append(why)
-    tests = sorted({t for r in runs.values() for t in r.tests})
     cells: dict[tuple[str, str], Cell] = {}
     results: dict[tuple[str, str], TestResult] = {}
     skip_reasons: Counter[str] = Counter()
