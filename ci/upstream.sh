@@ -2,10 +2,11 @@
 # Install the upstream set of ci/upstream.txt into the Python given as $1 (called by
 # ci/setup.sh --upstream). Never replaces torch: wheels go in with --no-deps, and
 # vllm-ascend, whose native build needs CANN, contributes its released Python sources: its
-# sdist's vllm_ascend/ package is unpacked under .upstream/ and put on sys.path by a .pth
-# file, as an installed package would be (no entry points: vLLM does not load it as its
-# platform); torch-npu, which cannot import without CANN, contributes its wheel's Python
-# files and headers under .upstream/ (read, never imported). Idempotent.
+# sdist's vllm_ascend/ package (and its compatibility matrix, for the preflight) is unpacked
+# under .upstream/ and put on sys.path by a .pth file, as an installed package would be (no
+# entry points: vLLM does not load it as its platform); torch-npu, which cannot import
+# without CANN, contributes its wheel's Python files and headers under .upstream/ (read,
+# never imported). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${1:-python3}
@@ -45,7 +46,8 @@ if [ -n "$ascend" ] && [ -n "$(installed vllm-ascend)" ]; then
 fi
 if [ -n "$ascend" ]; then
   dest="$PWD/.upstream/vllm-ascend-$ascend"
-  if [ ! -f "$dest/vllm_ascend/batch_invariant.py" ]; then
+  matrix=docs/source/community/versioning_policy.md  # its CANN per release (preflight)
+  if [ ! -f "$dest/vllm_ascend/batch_invariant.py" ] || [ ! -f "$dest/$matrix" ]; then
     dl=$(mktemp -d)
     # The sdist's metadata step runs its setup.py: it needs setuptools_scm and wheel (the
     # [upstream] extra) and a SOC_VERSION, or it asks npu-smi for the chip.
@@ -55,6 +57,8 @@ if [ -n "$ascend" ]; then
     tar -xzf "$dl"/vllm_ascend-"$ascend".tar.gz -C "$dl"
     rm -rf "$dest/vllm_ascend"
     cp -r "$dl/vllm_ascend-$ascend/vllm_ascend" "$dest/"
+    mkdir -p "$dest/$(dirname "$matrix")"
+    cp "$dl/vllm_ascend-$ascend/$matrix" "$dest/$matrix"
     rm -rf "$dl"
   fi
   site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -37,7 +37,7 @@ from harness.forkserver import (
     ForkServerUnavailable,
     ReplacingForkServer,
 )
-from harness.hardware import NpuVersions, detect_in_child, parse_version
+from harness.hardware import AscendHardwareVersion, NpuVersions, detect_in_child, parse_version
 from harness.isolation import Launcher, child_contexts, isolate, resolve_launcher
 from harness.result import IsolatedResult
 from harness.results import ResultsInUse, ResultsWriter, child_record
@@ -469,6 +469,15 @@ def attach_result(item: pytest.Item, res: IsolatedResult) -> None:
     item.user_properties.append(("isolation", res.summary()))
     if res.events_counted:
         item.user_properties.append(("dispatch_events", json.dumps(res.events, sort_keys=True)))
+
+
+@pytest.fixture
+def npu_versions(request: pytest.FixtureRequest) -> NpuVersions:
+    """This runner's hardware, driver and CANN versions, as the session detected them once
+    (in an isolated child), with where each was read and every source that failed."""
+    session = request.config.stash[SESSION_KEY]
+    return session.npu if session.npu is not None else NpuVersions(
+        AscendHardwareVersion.NONE, reason="no NPU detection in this session")
 
 
 @pytest.fixture

@@ -72,3 +72,85 @@ def unregistered(ops: list[str]) -> list[str]:
         except (AttributeError, RuntimeError):
             missing.append(op)
     return missing
+
+
+# --- CANN and driver against the installed vllm-ascend ------------------------------------
+
+#: The CANN each vllm-ascend release is built and tested with ("Stable CANN" in the release
+#: compatibility matrix of vllm-ascend's docs/source/community/versioning_policy.md, read at
+#: v0.23.0.post1; its installation guide asks for exactly that CANN). Serves installs that
+#: carry no docs (wheels); a matrix shipped beside the installed sources is read first.
+STATED_CANN: dict[str, str] = {
+    "0.23.0.post1": "9.1.0", "0.23.0": "9.1.0", "0.23.0rc1": "9.0.1",
+    "0.22.1rc1": "9.0.0", "0.21.0rc1": "9.0.0", "0.20.2rc1": "9.0.0",
+    "0.19.1rc1": "8.5.1", "0.18.0": "8.5.1", "0.18.0rc1": "8.5.1", "0.17.0rc1": "8.5.1",
+    "0.16.0rc1": "8.5.1", "0.15.0rc1": "8.5.0", "0.14.0rc1": "8.5.0", "0.13.0": "8.5.0",
+    "0.13.0rc3": "8.5.1", "0.12.0rc1": "8.3.RC2", "0.11.0": "8.3.RC2",
+}
+#: where a source checkout (and ci/upstream.sh's unpacked sdist) keeps the matrix, relative
+#: to the folder that holds the ``vllm_ascend`` package
+MATRIX_PATH = Path("docs/source/community/versioning_policy.md")
+_MATRIX_ROW = re.compile(r"^\|\s*v?(?P<release>[0-9][^|\s]*)\s*\|[^|]*\|[^|]*\|"
+                         r"\s*(?P<cann>[0-9][^|\s]*)\s*\|")
+
+
+def parse_matrix(text: str) -> dict[str, str]:
+    """vllm-ascend release -> its "Stable CANN", from the compatibility matrix's table rows
+    (``| v0.23.0 | v0.23.0 | >= 3.10, < 3.13 | 9.1.0 | ...``); other lines are ignored."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        match = _MATRIX_ROW.match(line.strip())
+        if match:
+            found.setdefault(match["release"], match["cann"])
+    return found
+
+
+def installed_matrix(package: str = "vllm_ascend") -> Path | None:
+    """The compatibility matrix beside the installed ``package`` (a checkout, or the unpacked
+    sdist of the upstream set), or None for installs without docs."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(root).parent / MATRIX_PATH
+        if path.is_file():
+            return path
+    return None
+
+
+def stated_cann(release: str, matrix: Path | None = None) -> tuple[str, str] | None:
+    """(the CANN ``release`` of vllm-ascend is released for, where that was read), or None
+    when neither the matrix file nor :data:`STATED_CANN` knows the release."""
+    key = release.removeprefix("v")
+    if matrix is not None:
+        try:
+            rows = parse_matrix(matrix.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            rows = {}
+        if key in rows:
+            return rows[key], str(matrix)
+    if key in STATED_CANN:
+        return STATED_CANN[key], "harness.preflight.STATED_CANN (vllm-ascend's matrix)"
+    return None
+
+
+def cann_problem(cann: str, release: str, stated: str, source: str) -> str | None:
+    """Why CANN ``cann`` is too old for vllm-ascend ``release`` (released for ``stated``), or
+    None. A newer CANN is not judged here: the release names one version, not a ceiling."""
+    from harness.hardware import parse_version
+
+    have, need = parse_version(cann), parse_version(stated)
+    if have is None or need is None:
+        return (f"cannot compare CANN {cann!r} with {stated!r}, the CANN vllm-ascend {release} "
+                f"is released for (read from {source})")
+    if have >= need:
+        return None
+    older = sorted((r for r, c in STATED_CANN.items()
+                    if (v := parse_version(c)) is not None and v <= have),
+                   key=lambda r: Version(r), reverse=True)
+    instead = f", or vllm-ascend {older[0]} (released for CANN {STATED_CANN[older[0]]})" \
+        if older else ""
+    return (f"CANN {cann} is older than {stated}, the CANN vllm-ascend {release} is released "
+            f"for (read from {source}): install CANN {stated} (the "
+            f"`cann:{stated.lower()}-<chip>-...` images ship it){instead}")
