@@ -1,12 +1,14 @@
 """Render time, peak memory and page size of the nightly report for 10,000, 100,000 and
 1,000,000 result lines, side by side.
 
-    python bench/report.py [--lines 10000,100000,1000000] [--chromium]
+    python bench/report.py [--lines 10000,100000,1000000] [--nights 0,3] [--chromium]
 
 Each size is one results file of distinct tests (1% failing, 5% skipped, the rest passing)
 rendered by the report CLI in a fresh process; peak memory is that process's own maximum
-resident set. ``--chromium`` also times headless Chromium loading and
-dumping the page (the target: under 10 s for 1,000,000 lines).
+resident set. ``--nights K`` also gives it a history of K earlier nights of the same tests
+(so K+1 times the lines, the same distinct tests): memory should follow the tests, not the
+lines. ``--chromium`` also times headless Chromium loading and dumping the page (the
+target: under 10 s for 1,000,000 lines).
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_results(path: Path, n: int) -> None:
+def write_results(path: Path, n: int, day: int = 30) -> None:
+    """``n`` tests on 2026-11-``day``; each earlier night fails a slightly different 1%."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as out:
         out.write(json.dumps({"type": "header", "runner": "bench", "start":
-                              "2026-12-01T00:00:00+00:00"}) + "\n")
+                              f"2026-11-{day:02d}T00:00:00+00:00"}) + "\n")
         for i in range(n):
-            outcome = "failed" if i % 100 == 0 else "skipped" if i % 20 == 1 else "passed"
+            outcome = "failed" if (i + 30 - day) % 100 == 0 else "skipped" if i % 20 == 1 \
+                else "passed"
             record = {"type": "test", "id": f"suites/test_family_{i % 7}.py::test_case[{i}]",
                       "outcome": outcome, "duration": 0.01}
             if outcome == "failed":
@@ -45,11 +50,12 @@ RENDER = ("import resource, sys; from harness.report.cli import main; rc = main(
           "sys.exit(rc)")
 
 
-def render(results: Path, out: Path) -> tuple[float, float]:
+def render(results: Path, out: Path, history: Path | None = None) -> tuple[float, float]:
     """Seconds and peak MiB of one render in a fresh process."""
     start = time.perf_counter()
+    more = ["--history", str(history)] if history else []
     proc = subprocess.run([sys.executable, "-c", RENDER, "report", "render", str(results),
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
+                           "--out", str(out), *more], cwd=ROOT, capture_output=True, text=True)
     took = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-3000:])
@@ -69,21 +75,29 @@ def chromium_load(page: Path) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", default="10000,100000,1000000")
+    parser.add_argument("--nights", default="0",
+                        help="earlier nights in the history, comma-separated (0: none)")
     parser.add_argument("--chromium", action="store_true")
     args = parser.parse_args()
     sizes = [int(n) for n in args.lines.split(",")]
-    print(f"{'lines':>10} {'render s':>9} {'peak MiB':>9} {'page MB':>8} {'chromium s':>11}")
+    print(f"{'lines':>10} {'nights':>6} {'render s':>9} {'peak MiB':>9} {'page MB':>8} "
+          f"{'chromium s':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
-            results, out = Path(tmp) / f"r{n}.jsonl", Path(tmp) / f"out{n}"
-            write_results(results, n)
-            took, peak = render(results, out)
-            page = out / "report.html"
-            size = page.stat().st_size / 1e6
-            load = chromium_load(page) if args.chromium else None
-            print(f"{n:>10} {took:>9.1f} {peak:>9.0f} {size:>8.1f} "
-                  f"{'-' if load is None else f'{load:.1f}':>11}", flush=True)
-            results.unlink()
+            for k in (int(x) for x in args.nights.split(",")):
+                history = Path(tmp) / f"history{n}-{k}"
+                for day in range(30 - k, 30):
+                    write_results(history / f"2026-11-{day:02d}" / "bench.jsonl", n, day)
+                results, out = Path(tmp) / f"r{n}.jsonl", Path(tmp) / f"out{n}-{k}"
+                write_results(results, n)
+                took, peak = render(results, out, history if k else None)
+                page = out / "report.html"
+                size = page.stat().st_size / 1e6
+                load = chromium_load(page) if args.chromium else None
+                print(f"{n:>10} {k:>6} {took:>9.1f} {peak:>9.0f} {size:>8.1f} "
+                      f"{'-' if load is None else f'{load:.1f}':>11}", flush=True)
+                results.unlink()
+                shutil.rmtree(history, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,41 @@ def test_history_statuses_since_flaky_and_event_changes(tmp_path: Path) -> None:
     assert comp.summary()["skipped_by_reason"] == {"needs a real NPU": 1}
 
 
+def test_history_is_folded_test_by_test_as_each_night_is_read(tmp_path: Path) -> None:
+    """Memory follows the distinct tests: per test one letter per night, whatever the
+    nights hold (a test missing one night, an id repeated, two files of one runner)."""
+    history = tmp_path / "history"
+    nights = {
+        "2026-11-27": [[_test("t::a", "passed", dispatch_events={"x::op": 1}),
+                        _test("t::b", "failed")]],
+        "2026-11-28": [[_test("t::b", "passed"), _test("t::b", "error"),  # worst kept
+                        _test("t::c", "skipped")]],  # t::a not collected
+        "2026-11-29": [[_test("t::a", "passed")],  # no counts this time
+                       [_test("t::b", "passed"), FOOTER]],  # a second file of runner a3
+    }
+    for date, files in nights.items():
+        (history / date).mkdir(parents=True)
+        for i, tests in enumerate(files):
+            _write(history / date / f"a3-{i}.jsonl", [_header("a3", date), *tests])
+    folded = hist.load_history(history, before="2026-11-30")
+    past = folded.runners["a3"]
+    assert folded.dates == list(nights)
+    assert [n.date for n in past.nights] == list(nights)
+    assert past.letters == {"t::a": "p-p", "t::b": "fep", "t::c": "-s-"}
+    assert past.events == {}  # t::a's last run had no counts
+    assert [(n.tests, n.pass_rate) for n in past.nights] == [(2, 0.5), (2, 0.0), (2, 1.0)]
+    tonight = load_results(_write(tmp_path / "t.jsonl", [
+        _header("a3", "2026-11-30"), _test("t::a", "failed"), _test("t::b", "failed"),
+        _test("t::c", "passed"), FOOTER]))
+    comp = compare([tonight], folded)
+    assert {c.test: c.status for c in comp.cells.values()} == {
+        "t::a": "new-failure", "t::b": "flaky"}  # f, e, p, f: two flips
+    assert comp.cells[("t::a", "a3")].last_passed == "2026-11-29"
+    assert comp.cells[("t::b", "a3")].history == ["failed", "error", "passed"]
+    assert comp.cell("t::c", "a3").status == "passing"  # type: ignore[union-attr]
+    assert comp.outcome_counts() == {"failed": 2, "passed": 1}
+
+
 def test_duplicate_runner_names_are_kept_apart(tmp_path: Path) -> None:
     a = load_results(_write(tmp_path / "a.jsonl", [_header("a2", "2026-11-30"),
                                                    _test("t::x", "passed"), FOOTER]))

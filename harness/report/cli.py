@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     date, _ = tonight_date(tonight)
     history_problems: list[str] = []
     comp = compare(tonight, hist.load_history(args.history, before=date,
-                                              problems=history_problems))
+                                              problems=history_problems, tonight=tonight))
     comp.problems.extend(history_problems)
     try:
         written = render(comp, args.out)

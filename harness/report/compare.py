@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.report.load import RunResults, TestResult
+from harness.report.past import FAILING_LETTERS, OUTCOME_OF, PASSING_LETTERS, History, Past
 
 #: outcome flips (pass <-> fail) within the window that make a test flaky
 FLAKY_FLIPS = 2
@@ -50,18 +51,42 @@ class Comparison:
     date: str
     runners: list[str]
     tests: list[str]
+    #: the cells worth a look: every cell but a plain pass (passed, not after a failure, not
+    #: flaky, same dispatch events). A plain pass is made again on demand by ``cell()``, so
+    #: memory grows with tonight's news, not with the 10^6 tests a night may hold.
     cells: dict[tuple[str, str], Cell]
-    results: dict[tuple[str, str], TestResult]
     nights: list[str]
     trend: dict[str, list[dict[str, Any]]]
     problems: list[str]
     skip_reasons: Counter[str] = field(default_factory=Counter)
     #: tonight's run of each runner (its header: device, hardware, package versions)
     runs: dict[str, RunResults] = field(default_factory=dict)
+    #: the earlier nights, folded (``nights`` holds their dates), to remake quiet cells
+    history: History = field(default_factory=History, repr=False)
     _summary: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def result(self, test: str, runner: str) -> TestResult | None:
+        """Tonight's result of ``test`` on ``runner`` (None: not collected there)."""
+        run = self.runs.get(runner)
+        return run.tests.get(test) if run is not None else None
+
+    def cell(self, test: str, runner: str) -> Cell | None:
+        """The cell of ``test`` on ``runner``, stored or remade (None: not there)."""
+        stored = self.cells.get((test, runner))
+        if stored is not None:
+            return stored
+        res = self.result(test, runner)
+        return _cell(test, runner, res, self.runs[runner],
+                     self.history.runners.get(runner), self.date) if res is not None else None
 
     def by_status(self, status: str) -> list[Cell]:
         return [c for c in self.cells.values() if c.status == status]
+
+    def outcome_counts(self) -> Counter[str]:
+        """Outcomes over every cell, quiet passes included (vanished cells: "absent")."""
+        counts = Counter(t.outcome for run in self.runs.values() for t in run.tests.values())
+        counts.update(c.outcome for c in self.cells.values() if c.status == "vanished")
+        return counts
 
     @staticmethod
     def _rows(cells: list[Cell]) -> list[dict[str, Any]]:
@@ -70,9 +95,9 @@ class Comparison:
                 sorted(cells, key=lambda c: (c.test, c.runner))]
 
     def _category_rows(self, category: str) -> list[dict[str, Any]]:
-        return self._rows([c for c in self.cells.values()
-                           if (r := self.results.get((c.test, c.runner))) is not None
-                           and r.category == category])
+        return self._rows([cell for runner, run in self.runs.items()
+                           for test, res in run.tests.items() if res.category == category
+                           and (cell := self.cell(test, runner)) is not None])
 
     def event_changes(self) -> list[Cell]:
         return [c for c in self.cells.values() if c.events_changed]
@@ -85,7 +110,7 @@ class Comparison:
 
     def _make_summary(self) -> dict[str, Any]:
         rows = self._rows
-        counts = Counter(c.outcome for c in self.cells.values())
+        counts = self.outcome_counts()
         return {
             "date": self.date, "runners": self.runners, "nights_compared": self.nights,
             "tests": len(self.tests), "outcomes": dict(counts),
@@ -127,8 +152,10 @@ def tonight_date(runs: list[RunResults]) -> tuple[str, str | None]:
                    f"tonight taken as {today} (today, UTC)")
 
 
-def compare(tonight: list[RunResults], nights: list[tuple[str, dict[str, RunResults]]]
-            ) -> Comparison:
+def compare(tonight: list[RunResults],
+            nights: History | list[tuple[str, dict[str, RunResults]]]) -> Comparison:
+    """Tonight's runs against the earlier nights (folded, or as (date, {runner: run}))."""
+    history = nights if isinstance(nights, History) else History.of(nights)
     runs: dict[str, RunResults] = {}
     problems: list[str] = []
     for run in tonight:
@@ -146,46 +173,55 @@ def compare(tonight: list[RunResults], nights: list[tuple[str, dict[str, RunResu
     if why:
         problems.append(why)
     cells: dict[tuple[str, str], Cell] = {}
-    results: dict[tuple[str, str], TestResult] = {}
     skip_reasons: Counter[str] = Counter()
+    tests: set[str] = set()
     for runner, run in runs.items():
+        past = history.runners.get(runner)
+        tests.update(run.tests)
         for test_id, res in run.tests.items():
-            key = (test_id, runner)  # one tuple for both maps: a night may hold 10^6 tests
-            results[key] = res
-            past = [(d, n[runner].tests.get(test_id)) for d, n in nights if runner in n]
-            history = [p.outcome if p else "absent" for _, p in past] if past else _NO_HISTORY
-            prev = next((p for _, p in reversed(past) if p is not None), None)
-            cell = Cell(test_id, runner, res.outcome, "passing", history=history,
-                        events_before=prev.dispatch_events if prev else None,
-                        events_now=res.dispatch_events)
-            cats = [c for c in (*(_category(h) for h in history), _category(res.outcome)) if c]
-            flips = sum(1 for a, b in zip(cats, cats[1:], strict=False) if a != b)
-            if flips >= FLAKY_FLIPS:
-                cell.status = "flaky"
-            elif res.failing:
-                if prev is not None and prev.failing:
-                    cell.status = "still-failing"
-                    cell.since = _streak_start(past, date, lambda p: p.failing)
-                else:
-                    cell.status = "new-failure"
-                    _bisect_hint(cell, nights, run)
-            elif res.outcome == "skipped":
-                # ran on the last night this runner saw it, skips tonight: news, not noise
-                cell.status = "newly-skipped" if prev is not None and \
-                    prev.outcome != "skipped" else "skipped"
-                cell.reason = res.reason or "(no reason given)"
-                cell.since = _streak_start(past, date, lambda p: p.outcome == "skipped")
+            cell = _cell(test_id, runner, res, run, past, date)
+            if cell.status != "passing" or cell.events_changed:
+                cells[(test_id, runner)] = cell
+            if cell.reason is not None:
                 skip_reasons[cell.reason] += 1
-            elif prev is not None and prev.failing:
-                cell.status = "fixed"
-            elif res.outcome == "xfailed":
-                cell.status = "xfailed"
-            cells[key] = cell
-        _vanished(runner, run, nights, cells)
-    tests = sorted({test for test, _ in cells})
-    trend = _trend(nights, runs, date)
-    return Comparison(date, sorted(runs), tests, cells, results, [d for d, _ in nights], trend,
-                      problems, skip_reasons, runs)
+        if past is not None:
+            _vanished(runner, run, past, cells)
+    tests.update(test for test, _ in cells)
+    return Comparison(date, sorted(runs), sorted(tests), cells, list(history.dates),
+                      _trend(history, runs, date), problems, skip_reasons, runs, history)
+
+
+def _cell(test_id: str, runner: str, res: TestResult, run: RunResults, past: Past | None,
+          date: str) -> Cell:
+    """Tonight's ``res`` of ``test_id`` on ``runner`` against its earlier nights."""
+    letters = past.last_letters(test_id) if past is not None else ""
+    history = [OUTCOME_OF[letter] for letter in letters] if letters else _NO_HISTORY
+    last = letters.rstrip("-")[-1:]  # the last night that ran it ("" if none did)
+    cell = Cell(test_id, runner, res.outcome, "passing", history=history,
+                events_before=past.events.get(test_id) if past is not None and last else None,
+                events_now=res.dispatch_events)
+    cats = [c for c in (*(_category(h) for h in history), _category(res.outcome)) if c]
+    flips = sum(1 for a, b in zip(cats, cats[1:], strict=False) if a != b)
+    if flips >= FLAKY_FLIPS:
+        cell.status = "flaky"
+    elif res.failing:
+        if last in FAILING_LETTERS:
+            cell.status = "still-failing"
+            cell.since = _streak_start(past, letters, date, FAILING_LETTERS)
+        else:
+            cell.status = "new-failure"
+            if past is not None:
+                _bisect_hint(cell, past, letters, run)
+    elif res.outcome == "skipped":
+        # ran on the last night this runner saw it, skips tonight: news, not noise
+        cell.status = "newly-skipped" if last and last != "s" else "skipped"
+        cell.reason = res.reason or "(no reason given)"
+        cell.since = _streak_start(past, letters, date, frozenset("s"))
+    elif last in FAILING_LETTERS:
+        cell.status = "fixed"
+    elif res.outcome == "xfailed":
+        cell.status = "xfailed"
+    return cell
 
 
 def changes_text(changes: list[dict[str, Any]]) -> str:
@@ -193,54 +229,51 @@ def changes_text(changes: list[dict[str, Any]]) -> str:
     return "; ".join(f"{c['name']}: {c['then']} -> {c['now']}" for c in changes)
 
 
-def _streak_start(past: list[tuple[str, TestResult | None]], date: str,
-                  same: Any) -> str:
-    """The first night of the run of nights, ending tonight, on which ``same`` held."""
+def _streak_start(past: Past | None, letters: str, date: str, same: frozenset[str]) -> str:
+    """The first night of the run of nights, ending tonight, whose letter is in ``same``."""
     since = date
-    for night, result in reversed(past):
-        if result is None or not same(result):
+    if past is None:
+        return since
+    for night, letter in zip(reversed(past.nights), reversed(letters), strict=True):
+        if letter not in same:
             break
-        since = night
+        since = night.date
     return since
 
 
-def _bisect_hint(cell: Cell, nights: list[tuple[str, dict[str, RunResults]]],
-                 run: RunResults) -> None:
+def _bisect_hint(cell: Cell, past: Past, letters: str, run: RunResults) -> None:
     """What changed in the runner's stack between the last night the test passed and
     tonight: the first question at 3 a.m."""
     from harness.manifest import differences
 
-    for night, runs in reversed(nights):
-        then = runs.get(cell.runner)
-        result = then.tests.get(cell.test) if then else None
-        if then is not None and result is not None and result.outcome in ("passed", "xfailed"):
-            cell.last_passed = night
-            cell.changes = differences(then.header.get("manifest"), run.header.get("manifest"))
+    for night, letter in zip(reversed(past.nights), reversed(letters), strict=True):
+        if letter in PASSING_LETTERS:
+            cell.last_passed = night.date
+            cell.changes = differences(night.header.get("manifest"), run.header.get("manifest"))
             return
 
 
-def _vanished(runner: str, run: RunResults, nights: list[tuple[str, dict[str, RunResults]]],
+def _vanished(runner: str, run: RunResults, past: Past,
               cells: dict[tuple[str, str], Cell]) -> None:
     """Tests an earlier night of this runner had that tonight did not collect at all."""
-    last_seen: dict[str, str] = {}
-    for night, runs in nights:
-        if runner in runs:
-            for test_id in runs[runner].tests:
-                last_seen[test_id] = night
-    for test_id, night in last_seen.items():
+    for test_id, letters in past.letters.items():
         if test_id not in run.tests:
-            cells[(test_id, runner)] = Cell(test_id, runner, "absent", "vanished", since=night)
+            seen = len(letters.rstrip("-")) - 1
+            cells[(test_id, runner)] = Cell(test_id, runner, "absent", "vanished",
+                                            since=past.nights[seen].date)
 
 
-def _trend(nights: list[tuple[str, dict[str, RunResults]]], tonight: dict[str, RunResults],
-           date: str) -> dict[str, list[dict[str, Any]]]:
+def _trend(history: History, tonight: dict[str, RunResults], date: str
+           ) -> dict[str, list[dict[str, Any]]]:
     """Per runner: [{date, pass_rate, duration}] over the window, tonight last."""
     trend: dict[str, list[dict[str, Any]]] = {}
-    for night, runs in [*nights, (date, tonight)]:
-        for runner, run in runs.items():
-            ran = [t for t in run.tests.values() if t.outcome != "skipped"]
-            passed = sum(1 for t in ran if not t.failing)
-            trend.setdefault(runner, []).append({
-                "date": night, "pass_rate": passed / len(ran) if ran else None,
-                "duration": run.duration, "tests": len(run.tests)})
+    for runner, past in history.runners.items():
+        trend[runner] = [{"date": n.date, "pass_rate": n.pass_rate, "duration": n.duration,
+                          "tests": n.tests} for n in past.nights]
+    for runner, run in tonight.items():
+        ran = [t for t in run.tests.values() if t.outcome != "skipped"]
+        passed = sum(1 for t in ran if not t.failing)
+        trend.setdefault(runner, []).append({
+            "date": date, "pass_rate": passed / len(ran) if ran else None,
+            "duration": run.duration, "tests": len(run.tests)})
     return trend

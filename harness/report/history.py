@@ -12,7 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.report.load import RunResults, load_results, readable_file
+from harness.report.load import RunResults, load_results
+from harness.report.past import History
 
 DEFAULT_KEEP = 14
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -63,30 +64,30 @@ def add(paths: list[Path], history: Path, *, keep: int = DEFAULT_KEEP,
 
 
 def load_history(history: Path | None, *, before: str | None = None,
-                 problems: list[str] | None = None
-                 ) -> list[tuple[str, dict[str, RunResults]]]:
-    """Nights in date order, oldest first: (date, {runner: results}); only nights before
-    ``before`` when given (tonight itself may already be filed). What is refused (links,
-    FIFOs, huge files) and every bad line is added to ``problems``."""
+                 problems: list[str] | None = None,
+                 tonight: list[RunResults] | None = None) -> History:
+    """The nights before ``before`` (tonight itself may already be filed), oldest first,
+    each folded in as it is read (memory follows the distinct tests, not the nights; test
+    ids are shared with ``tonight``'s runs). What is refused (links, FIFOs, huge files) and
+    every bad line is added to ``problems``."""
+    ids = {run.runner: run for run in tonight or []}
     problems = problems if problems is not None else []
+    folded = History()
     if history is None or not history.is_dir():
-        return []
-    nights = []
+        return folded
     for night in sorted(p for p in history.iterdir() if _DATE.fullmatch(p.name)):
         if before is not None and night.name >= before:
             continue
         if night.is_symlink() or not night.is_dir():
             problems.append(f"{night}: not a folder of the history (a link?): not read")
             continue
-        runs = {}
+        folded.dates.append(night.name)
         for path in sorted(night.glob("*.jsonl")):
-            refused = readable_file(path, follow_links=False)
-            if refused:
-                problems.append(f"{path}: {refused}")
+            run = load_results(path, follow_links=False, keep=folded.keeper(night.name, ids))
+            if run.refused:  # a link, a FIFO, a huge file: not a night of this runner
+                problems.extend(run.problems)
                 continue
-            run = load_results(path, follow_links=False)
             problems.extend(f"history {night.name}: {p}" for p in run.problems
                             if "no footer" not in p)
-            runs[run.runner] = run
-        nights.append((night.name, runs))
-    return nights
+            folded.past(run.runner).close(night.name, run)
+    return folded

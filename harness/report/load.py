@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ class RunResults:
     footer: dict[str, Any] | None = None
     tests: dict[str, TestResult] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: why the file was not read at all (a link, a FIFO, too big), or None
+    refused: str | None = None
 
     @property
     def date(self) -> str:
@@ -159,9 +162,9 @@ def load_junit(path: Path) -> RunResults:
     from defusedxml.common import DefusedXmlException
 
     run = RunResults(path=str(path), runner=path.stem)
-    refused = readable_file(path)
-    if refused:
-        run.problems.append(f"{path}: {refused}")
+    run.refused = readable_file(path)
+    if run.refused:
+        run.problems.append(f"{path}: {run.refused}")
         return run
     try:
         root = ElementTree.parse(path).getroot()
@@ -228,12 +231,19 @@ def readable_file(path: Path, *, follow_links: bool = True) -> str | None:
     return None
 
 
-def load_results(path: Path, *, follow_links: bool = True) -> RunResults:
-    """Every readable line of one results file; problems recorded, never raised."""
+#: what becomes of each test line read: (run, where, record, result) -> None
+Keep = Callable[[RunResults, str, dict[str, Any], TestResult], None]
+
+
+def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = None
+                 ) -> RunResults:
+    """Every readable line of one results file; problems recorded, never raised. Each test
+    goes into ``run.tests`` (the worst outcome of a repeated id kept), or to ``keep``
+    instead: the history folds its nights line by line, never holding a whole night."""
     run = RunResults(path=str(path), runner=path.stem)
-    refused = readable_file(path, follow_links=follow_links)
-    if refused:
-        run.problems.append(f"{path}: {refused}")
+    run.refused = readable_file(path, follow_links=follow_links)
+    if run.refused:
+        run.problems.append(f"{path}: {run.refused}")
         return run
     try:
         fh = open(path, "rb")  # noqa: SIM115 - read line by line: memory by tests, not lines
@@ -250,7 +260,7 @@ def load_results(path: Path, *, follow_links: bool = True) -> RunResults:
                     size += len(raw_line)
                 run.problems.append(f"{path.name}:{number}: line of {size} bytes skipped")
                 continue
-            _read_line(run, path, number, raw_line)
+            _read_line(run, path, number, raw_line, keep or keep_worst)
     if not run.header:
         run.problems.append(f"{path.name}: no header line; runner named after the file")
     if run.footer is None:
@@ -259,7 +269,7 @@ def load_results(path: Path, *, follow_links: bool = True) -> RunResults:
     return run
 
 
-def _read_line(run: RunResults, path: Path, number: int, raw_line: bytes) -> None:
+def _read_line(run: RunResults, path: Path, number: int, raw_line: bytes, keep: Keep) -> None:
     """One line of a results file into ``run``; a bad line becomes a problem."""
     where = f"{path.name}:{number}"
     line = raw_line.decode("utf-8", errors="replace")
@@ -275,21 +285,30 @@ def _read_line(run: RunResults, path: Path, number: int, raw_line: bytes) -> Non
             if isinstance(record.get("runner"), str) and record["runner"].strip():
                 run.runner = _text(record["runner"], 200)
         elif kind == "test":
-            result = parse_test(record)
-            earlier = run.tests.get(result.id)
-            if earlier is not None:
-                teardown = record.get("when") == "teardown" and result.outcome == "error"
-                if not teardown:  # a second teardown-error line is the harness's own
-                    run.problems.append(
-                        f"{where}: test id {_text(result.id, 200)!r} appears again "
-                        f"({earlier.outcome}, then {result.outcome}); the worst is kept")
-                if _SEVERITY[result.outcome] >= _SEVERITY[earlier.outcome]:
-                    return  # never hide a worse outcome behind a better one
-                result.longrepr = (earlier.longrepr + "\n" + result.longrepr).strip()
-            run.tests[result.id] = result
+            keep(run, where, record, parse_test(record))
         elif kind == "footer":
             run.footer = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
         else:
             raise ValueError(f"unknown line type {_text(kind, 40)!r}")
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
         run.problems.append(f"{where}: skipped ({_text(str(exc), 300)})")
+
+
+def keep_worst(run: RunResults, where: str, record: dict[str, Any], result: TestResult) -> None:
+    """Into ``run.tests``; a repeated id keeps its worst outcome and is reported."""
+    earlier = run.tests.get(result.id)
+    if earlier is not None:
+        teardown = record.get("when") == "teardown" and result.outcome == "error"
+        if not teardown:  # a second teardown-error line is the harness's own
+            run.problems.append(
+                f"{where}: test id {_text(result.id, 200)!r} appears again "
+                f"({earlier.outcome}, then {result.outcome}); the worst is kept")
+        if worse(earlier.outcome, result.outcome):
+            return  # never hide a worse outcome behind a better one
+        result.longrepr = (earlier.longrepr + "\n" + result.longrepr).strip()
+    run.tests[result.id] = result
+
+
+def worse(first: str, second: str) -> bool:
+    """Whether outcome ``first`` is at least as bad as ``second`` (error worst, skip least)."""
+    return _SEVERITY[first] <= _SEVERITY[second]

@@ -171,7 +171,7 @@ def failure_cards(comp: Comparison) -> list[Card]:
     cards = []
     for test, cells in by_test.items():
         family = family_of(test)
-        first = comp.results[(test, cells[0].runner)]
+        first = comp.result(test, cells[0].runner) or TestResult(test, cells[0].outcome)
         card = Card(test, family,
                     [(c.runner, c.outcome, c.status, c.since or "") for c in cells],
                     _message(first.longrepr) or "(no failure text recorded)",
@@ -183,7 +183,7 @@ def failure_cards(comp: Comparison) -> list[Card]:
                     changes_text(cell.changes).replace("; ", "\n")
                     or "nothing in the stack manifest: look at the test, the harness, or "
                     "the machine"))
-            for child in comp.results[(test, cell.runner)].children:
+            for child in getattr(comp.result(test, cell.runner), "children", ()):
                 tail = str(child.get("stderr_tail") or "")
                 title = f"{cell.runner}: child {child.get('pid')}: {child.get('summary')}"
                 if tail or child.get("signal") or child.get("outcome") not in ("returned", None):
@@ -221,14 +221,17 @@ def family_matrices(comp: Comparison) -> list[FamilyMatrix]:
         tests = rows[name]
         if not tests:
             continue
+        # stored cells are the news (failing, skipped, fixed...); the rest are plain passes
         cells = [c for t in tests for r in comp.runners if (c := comp.cells.get((t, r)))]
         loud_set = {c.test for c in cells if c.status in ATTENTION or c.outcome in FAILING}
         loud = sorted(loud_set, key=lambda t: (
             min(_ORDER.get(c.status, 3) for r in comp.runners
                 if (c := comp.cells.get((t, r)))), t))
         counts = Counter(c.outcome for c in cells)
-        reasons = Counter(comp.results[(c.test, c.runner)].reason or "(no reason given)"
-                          for c in cells if c.outcome == "skipped")
+        present = sum(1 for t in tests for r in comp.runners if comp.result(t, r) is not None)
+        counts["passed"] += present - sum(1 for c in cells if c.outcome != "absent")
+        reasons = Counter(c.reason or "(no reason given)" for c in cells
+                          if c.outcome == "skipped")
         ordered = {o: counts[o] for o in ("passed", "failed", "error", "xpassed", "xfailed",
                                           "skipped") if counts.get(o)}
         quiet = [t for t in tests if t not in loud_set]

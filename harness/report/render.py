@@ -152,16 +152,25 @@ def render(comp: Comparison, out: Path) -> list[Path]:
                       _chart(comp, "duration", "suite duration (s)", "{:.0f}")]
         if nights_seen >= 2 else [],
     )
+    def summary_json(fh: Any) -> None:
+        # streamed: json.dumps with indent would hold every small piece of a 10^6-test
+        # night's summary in memory at once
+        json.dump(comp.summary(), fh, indent=1, sort_keys=True, default=str)
+
     files = {"report.html": html, "summary.md": summary_markdown(comp),
-             "summary.json": json.dumps(comp.summary(), indent=1, sort_keys=True, default=str)}
+             "summary.json": summary_json}
     written = []
-    for name, text in files.items():
+    for name, content in files.items():
         path = out / name
         # written whole beside the old file, then renamed over it: a failure (a full disk)
         # leaves last night's report as it was, never a truncated one
         tmp = out / f".{name}.tmp"
         try:
-            tmp.write_text(text, encoding="utf-8", errors="replace")
+            with open(tmp, "w", encoding="utf-8", errors="replace") as fh:
+                if callable(content):
+                    content(fh)
+                else:
+                    fh.write(content)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
