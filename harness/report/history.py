@@ -83,7 +83,8 @@ def load_history(history: Path | None, *, before: str | None = None,
             continue
         folded.dates.append(night.name)
         for path in sorted(night.glob("*.jsonl")):
-            run = load_results(path, follow_links=False, keep=folded.keeper(night.name, ids))
+            run = load_results(path, follow_links=False, keep=folded.keeper(night.name, ids),
+                               lean=True)
             if run.refused:  # a link, a FIFO, a huge file: not a night of this runner
                 problems.extend(run.problems)
                 continue

@@ -137,22 +137,26 @@ def _children(value: Any) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def parse_test(record: dict[str, Any]) -> TestResult:
+def parse_test(record: dict[str, Any], *, lean: bool = False) -> TestResult:
+    """One test line, checked and cut to size; ``lean``: only what the history folds (id,
+    outcome, duration, dispatch events), the texts left out."""
     test_id, outcome = record.get("id"), record.get("outcome")
     if not isinstance(test_id, str) or not test_id:
         raise ValueError("a test line without a string 'id'")
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome {_text(outcome, 40)!r} is not one of {', '.join(OUTCOMES)}")
     duration = record.get("duration", 0.0)
-    return TestResult(
+    result = TestResult(
         id=_text(test_id, 1000), outcome=_OUTCOME[outcome],  # one str object per outcome
         duration=float(duration) if isinstance(duration, int | float) else 0.0,
-        reason=_text(record.get("reason")), longrepr=_text(record.get("longrepr")),
-        dispatch_events=_events(record.get("dispatch_events")),
-        logprob_report=_small(record.get("logprob_report")),
-        children=_children(record.get("children")),
-        category=_text(record.get("category"), 40),
-    )
+        dispatch_events=_events(record.get("dispatch_events")))
+    if not lean:
+        result.reason = _text(record.get("reason"))
+        result.longrepr = _text(record.get("longrepr"))
+        result.logprob_report = _small(record.get("logprob_report"))
+        result.children = _children(record.get("children"))
+        result.category = _text(record.get("category"), 40)
+    return result
 
 
 def load_junit(path: Path) -> RunResults:
@@ -235,11 +239,12 @@ def readable_file(path: Path, *, follow_links: bool = True) -> str | None:
 Keep = Callable[[RunResults, str, dict[str, Any], TestResult], None]
 
 
-def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = None
-                 ) -> RunResults:
+def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = None,
+                 lean: bool = False) -> RunResults:
     """Every readable line of one results file; problems recorded, never raised. Each test
     goes into ``run.tests`` (the worst outcome of a repeated id kept), or to ``keep``
-    instead: the history folds its nights line by line, never holding a whole night."""
+    instead: the history folds its nights line by line, never holding a whole night, and
+    reads them ``lean`` (no failure texts: see ``parse_test``)."""
     run = RunResults(path=str(path), runner=path.stem)
     run.refused = readable_file(path, follow_links=follow_links)
     if run.refused:
@@ -250,6 +255,7 @@ def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = N
     except OSError as exc:
         run.problems.append(f"{path}: cannot read ({exc})")
         return run
+    name, keep = path.name, keep or keep_worst
     with fh:
         number = 0
         while raw_line := fh.readline(MAX_LINE + 1):
@@ -258,9 +264,9 @@ def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = N
                 size = len(raw_line)
                 while not raw_line.endswith(b"\n") and (raw_line := fh.readline(MAX_LINE)):
                     size += len(raw_line)
-                run.problems.append(f"{path.name}:{number}: line of {size} bytes skipped")
+                run.problems.append(f"{name}:{number}: line of {size} bytes skipped")
                 continue
-            _read_line(run, path, number, raw_line, keep or keep_worst)
+            _read_line(run, f"{name}:{number}", raw_line, keep, lean)
     if not run.header:
         run.problems.append(f"{path.name}: no header line; runner named after the file")
     if run.footer is None:
@@ -269,9 +275,8 @@ def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = N
     return run
 
 
-def _read_line(run: RunResults, path: Path, number: int, raw_line: bytes, keep: Keep) -> None:
+def _read_line(run: RunResults, where: str, raw_line: bytes, keep: Keep, lean: bool) -> None:
     """One line of a results file into ``run``; a bad line becomes a problem."""
-    where = f"{path.name}:{number}"
     line = raw_line.decode("utf-8", errors="replace")
     if not line.strip():
         return
@@ -285,7 +290,7 @@ def _read_line(run: RunResults, path: Path, number: int, raw_line: bytes, keep: 
             if isinstance(record.get("runner"), str) and record["runner"].strip():
                 run.runner = _text(record["runner"], 200)
         elif kind == "test":
-            keep(run, where, record, parse_test(record))
+            keep(run, where, record, parse_test(record, lean=lean))
         elif kind == "footer":
             run.footer = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
         else:

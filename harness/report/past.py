@@ -106,7 +106,10 @@ class History:
     runners: dict[str, Past] = field(default_factory=dict)
 
     def past(self, runner: str) -> Past:
-        return self.runners.setdefault(runner, Past())
+        past = self.runners.get(runner)
+        if past is None:
+            past = self.runners[runner] = Past()
+        return past
 
     def keeper(self, date: str, tonight: dict[str, RunResults] | None = None) -> Keep:
         """For ``load_results(keep=...)``: each test line folded straight in. A test id that
