@@ -546,3 +546,23 @@ def test_a_required_capability_that_is_present_changes_nothing(
     result = pytester.runpytest("--harness-require", "vllm")
     result.assert_outcomes(skipped=1)
     assert result.ret == 0
+
+
+def test_long_tables_are_cut_and_say_where_the_rest_is(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.report import page
+
+    monkeypatch.setattr(page, "LOUD_ROWS", 2)
+    monkeypatch.setattr(page, "QUIET_ROWS", 3)
+    tonight = load_results(_write(tmp_path / "t.jsonl", [
+        _header("a3", "2026-11-30"), *(_test(f"t::fail{i}", "failed") for i in range(5)),
+        *(_test(f"t::ok{i}", "passed") for i in range(7)), FOOTER]))
+    cli(["report", "render", str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "out")])
+    (matrix,) = page.family_matrices(compare([tonight], []))
+    assert (len(matrix.loud), matrix.loud_total, len(matrix.quiet), matrix.quiet_total) == \
+        (2, 5, 3, 7)
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "the first 2 of 5 rows that need a look drawn" in html
+    assert "the first 3 drawn; all 7 are in the results file" in html
+    assert html.count('class="card"') == 5  # every failure keeps its card
+    assert len(json.loads((tmp_path / "out" / "summary.json").read_text())["new_failures"]) == 5

@@ -196,7 +196,8 @@ def failure_cards(comp: Comparison) -> list[Card]:
 @dataclass
 class FamilyMatrix:
     name: str
-    #: rows in view: failing, flaky, fixed, newly skipped
+    #: rows in view: failing, flaky, fixed, newly skipped (the first LOUD_ROWS, new failures
+    #: first)
     loud: list[str]
     #: rows folded behind a count: passing, skipped, xfailed (the first QUIET_ROWS drawn)
     quiet: list[str]
@@ -204,11 +205,16 @@ class FamilyMatrix:
     skip_reasons: list[tuple[str, int]]
     #: how many quiet rows there are in all (a million-test night draws QUIET_ROWS of them)
     quiet_total: int = 0
+    #: how many loud rows there are in all (each is in summary.md and summary.json)
+    loud_total: int = 0
 
 
 #: quiet rows drawn per family: a page of 10^6 rows opens in no browser; the results file
 #: and summary.json keep them all
 QUIET_ROWS = 1000
+#: loud rows drawn per family: a night where 5% of 10^6 tests flip is read in summary.md;
+#: every failing test still has its card
+LOUD_ROWS = 2000
 
 
 def family_matrices(comp: Comparison) -> list[FamilyMatrix]:
@@ -235,8 +241,8 @@ def family_matrices(comp: Comparison) -> list[FamilyMatrix]:
         ordered = {o: counts[o] for o in ("passed", "failed", "error", "xpassed", "xfailed",
                                           "skipped") if counts.get(o)}
         quiet = [t for t in tests if t not in loud_set]
-        out.append(FamilyMatrix(name, loud, quiet[:QUIET_ROWS], ordered,
-                                reasons.most_common(), len(quiet)))
+        out.append(FamilyMatrix(name, loud[:LOUD_ROWS], quiet[:QUIET_ROWS], ordered,
+                                reasons.most_common(), len(quiet), len(loud)))
     return out
 
 
