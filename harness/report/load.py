@@ -57,7 +57,7 @@ class RunResults:
     footer: dict[str, Any] | None = None
     tests: dict[str, TestResult] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    #: why the file was not read at all (a link, a FIFO, too big), or None
+    #: why the file was not read at all (a link, a FIFO, too big, unreadable), or None
     refused: str | None = None
 
     @property
@@ -253,7 +253,8 @@ def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = N
     try:
         fh = open(path, "rb")  # noqa: SIM115 - read line by line: memory by tests, not lines
     except OSError as exc:
-        run.problems.append(f"{path}: cannot read ({exc})")
+        run.refused = f"cannot read ({exc})"
+        run.problems.append(f"{path}: {run.refused}")
         return run
     name, keep = path.name, keep or keep_worst
     with fh:
