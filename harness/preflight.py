@@ -10,11 +10,12 @@ the fix instead.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import re
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
+
+from harness.upstream import package_dirs
 
 OPS_NAMESPACE = "batch_invariant_ops"
 _OP_USE = re.compile(r"torch\.ops\.batch_invariant_ops\.([A-Za-z_][A-Za-z0-9_]*)")
@@ -40,15 +41,9 @@ def torch_pair_problem(torch_version: str, torch_npu_version: str) -> str | None
 def ops_used_by(package: str = "vllm_ascend") -> set[str]:
     """The ``torch.ops.batch_invariant_ops.*`` names the installed ``package`` calls, read
     from its source files (nothing imported)."""
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        return set()
-    if spec is None or not spec.submodule_search_locations:
-        return set()
     found: set[str] = set()
-    for root in spec.submodule_search_locations:
-        for path in Path(root).rglob("*.py"):
+    for root in package_dirs(package):
+        for path in root.rglob("*.py"):
             try:
                 found.update(_OP_USE.findall(path.read_text(encoding="utf-8",
                                                             errors="replace")))
@@ -108,13 +103,8 @@ def parse_matrix(text: str) -> dict[str, str]:
 def installed_matrix(package: str = "vllm_ascend") -> Path | None:
     """The compatibility matrix beside the installed ``package`` (a checkout, or the unpacked
     sdist of the upstream set), or None for installs without docs."""
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        return None
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(root).parent / MATRIX_PATH
-        if path.is_file():
+    for root in package_dirs(package):
+        if (path := root.parent / MATRIX_PATH).is_file():
             return path
     return None
 

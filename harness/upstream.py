@@ -20,17 +20,26 @@ class UpstreamDrift(Exception):
     """An upstream module or symbol that an adapter relies on is missing or renamed."""
 
 
+def package_dirs(package: str) -> list[Path]:
+    """The folders of the installed top-level ``package``, found without importing it (its
+    ``__init__`` may pull in a device stack); empty when it is not installed as a package."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(location) for location in spec.submodule_search_locations]
+
+
 def source_file(module: str) -> Path | None:
     """Where ``module``'s source would be, found from its top package without importing
     anything (a parent package's ``__init__`` may pull in a device stack)."""
     top, *rest = module.split(".")
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
+    dirs = package_dirs(top)
+    if not dirs:
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    base = Path(list(spec.submodule_search_locations)[0]).joinpath(*rest)
+    base = dirs[0].joinpath(*rest)
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate
@@ -91,14 +100,9 @@ def torch_npu_file(relative: str) -> tuple[Path, str] | None:
     """A file of the torch_npu package (``include/...``) and the release it belongs to: from
     an installed torch_npu (found without importing it), else from the upstream set's
     unpacked torch-npu wheel; None if neither has it."""
-    try:
-        spec = importlib.util.find_spec("torch_npu")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        path = Path(list(spec.submodule_search_locations)[0]) / relative
-        if path.is_file():
-            return path, release("torch-npu")
+    dirs = package_dirs("torch_npu")
+    if dirs and (path := dirs[0] / relative).is_file():
+        return path, release("torch-npu")
     for tree in sorted(UPSTREAM_DIR.glob("torch-npu-*"), reverse=True):
         path = tree / "torch_npu" / relative
         if path.is_file():
