@@ -6,12 +6,11 @@ night's file is written whole and then renamed into place."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
+from harness.report.atomic import write_whole
 from harness.report.load import RunResults, load_results
 from harness.report.past import History
 
@@ -40,15 +39,11 @@ def add(paths: list[Path], history: Path, *, keep: int = DEFAULT_KEEP,
             continue
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{safe_name(run.runner)}.jsonl"
-        # written whole beside the target, then renamed over it: a planted link at the
-        # target is replaced, never written through
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".filing-")
         try:
-            with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
-                shutil.copyfileobj(src, out)
-            os.replace(tmp, target)
+            with open(path, "rb") as src:
+                write_whole(target, lambda out, src=src: shutil.copyfileobj(src, out),
+                            binary=True)
         except OSError as exc:
-            Path(tmp).unlink(missing_ok=True)
             messages.append(f"{path}: not filed ({exc})")
             continue
         messages.append(f"{path} -> {target} ({len(run.tests)} tests, runner {run.runner})")
@@ -70,7 +65,7 @@ def load_history(history: Path | None, *, before: str | None = None,
     each folded in as it is read (memory follows the distinct tests, not the nights; test
     ids are shared with ``tonight``'s runs). What is refused (links, FIFOs, huge files) and
     every bad line is added to ``problems``."""
-    ids = {run.runner: run for run in tonight or []}
+    tonight_runs = {run.runner: run for run in tonight or []}
     problems = problems if problems is not None else []
     folded = History()
     if history is None or not history.is_dir():
@@ -83,8 +78,8 @@ def load_history(history: Path | None, *, before: str | None = None,
             continue
         folded.dates.append(night.name)
         for path in sorted(night.glob("*.jsonl")):
-            run = load_results(path, follow_links=False, keep=folded.keeper(night.name, ids),
-                               lean=True)
+            run = load_results(path, follow_links=False, lean=True,
+                               keep=folded.keeper(night.name, tonight_runs))
             if run.refused:  # a link, a FIFO, a huge file: not a night of this runner
                 problems.extend(run.problems)
                 continue

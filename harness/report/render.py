@@ -10,14 +10,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import jinja2
 from markupsafe import Markup
 
 from harness.report import page
+from harness.report.atomic import write_whole
 from harness.report.compare import Comparison, changes_text
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
@@ -62,7 +63,6 @@ TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "St
           "vanished": "Vanished (not collected tonight)"}
 #: rows of the skipped table in summary.md (all of them are in summary.json)
 MD_SKIPPED_ROWS = 200
-
 
 
 def summary_markdown(comp: Comparison) -> str:
@@ -152,27 +152,16 @@ def render(comp: Comparison, out: Path) -> list[Path]:
                       _chart(comp, "duration", "suite duration (s)", "{:.0f}")]
         if nights_seen >= 2 else [],
     )
-    def summary_json(fh: Any) -> None:
+    files: dict[str, Callable[[IO[Any]], Any]] = {
+        "report.html": lambda fh: fh.write(html),
+        "summary.md": lambda fh: fh.write(summary_markdown(comp)),
         # streamed: json.dumps with indent would hold every small piece of a 10^6-test
         # night's summary in memory at once
-        json.dump(comp.summary(), fh, indent=1, sort_keys=True, default=str)
-
-    files = {"report.html": html, "summary.md": summary_markdown(comp),
-             "summary.json": summary_json}
+        "summary.json": lambda fh: json.dump(comp.summary(), fh, indent=1, sort_keys=True,
+                                             default=str),
+    }
     written = []
-    for name, content in files.items():
-        path = out / name
-        # written whole beside the old file, then renamed over it: a failure (a full disk)
-        # leaves last night's report as it was, never a truncated one
-        tmp = out / f".{name}.tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8", errors="replace") as fh:
-                if callable(content):
-                    content(fh)
-                else:
-                    fh.write(content)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        written.append(path)
+    for name, write in files.items():
+        write_whole(out / name, write)
+        written.append(out / name)
     return written
