@@ -152,6 +152,20 @@ def _pack(obj: Any) -> tuple[bytes | None, str]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
+def synchronize_devices() -> None:
+    """Wait for the device work fn queued (NPU and CUDA kernels run asynchronously, and
+    their errors surface at the next synchronisation): a kernel that faults fails the check
+    that launched it, before its result is written, not a later check or the exit."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    for name in ("npu", "cuda"):
+        backend = getattr(torch, name, None)
+        initialised = getattr(backend, "is_initialized", None)
+        if callable(initialised) and initialised():
+            backend.synchronize()
+
+
 def execute(payload: dict[str, Any], result: dict[str, Any]) -> None:
     """Run fn once inside the payload's contexts, filling ``result`` in place."""
     fn = payload["fn"]
@@ -160,6 +174,7 @@ def execute(payload: dict[str, Any], result: dict[str, Any]) -> None:
         entered = {name: stack.enter_context(factory()) for name, factory in contexts.items()}
         try:
             value = fn(*payload.get("args", ()), **payload.get("kwargs", {}))
+            synchronize_devices()
         except SystemExit:
             raise  # sys.exit() in fn: the process ends with that code and no result
         except BaseException as exc:  # noqa: BLE001 - every ending must be reported

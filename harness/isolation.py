@@ -255,6 +255,29 @@ def _load_result(workdir: Path, token: str, res: IsolatedResult) -> bool:
     return True
 
 
+#: what a child had reported, in words, when it died after writing its result
+_REPORTED = {"returned": "returned a result", "skip": "skipped", "xfail": "xfailed"}
+
+
+def _ended_after_result(res: IsolatedResult, workdir: Path) -> None:
+    """The child wrote its result and then died by a signal or exited non-zero (a device
+    runtime that faults in teardown, a thread that corrupts memory): never a pass. A
+    result that was green (returned, skip, xfail) becomes ``crashed``, its value kept; a
+    failing one stays failing and says how the process ended too."""
+    res.stack = _read_tail(workdir / "crash.txt")
+    reported = _REPORTED.get(res.outcome)
+    if reported is not None:
+        if res.outcome == "skip" and res.message:
+            reported += f" ({res.message})"
+        res.after_result = reported
+        res.outcome = "crashed"
+        return
+    note = f"then the child {res.ending()} during exit"
+    if res.exception is not None:
+        res.exception.add_note(note)
+    res.message = f"{res.message} ({note})" if res.message else note
+
+
 def isolate(
     fn: Callable[..., Any],
     args: tuple[Any, ...] = (),
@@ -317,7 +340,10 @@ def isolate(
         res.exitcode = rc
         if rc is not None and rc < 0:
             res.signal = -rc
-        if res.outcome != "timeout" and not _load_result(workdir, token, res):
+        loaded = res.outcome != "timeout" and _load_result(workdir, token, res)
+        if loaded and rc != 0:
+            _ended_after_result(res, workdir)
+        elif res.outcome != "timeout" and not loaded:
             res.outcome = "crashed"
             res.stack = _read_tail(workdir / "crash.txt")
             died = getattr(handle, "server_died", None)

@@ -58,6 +58,12 @@ class IsolatedResult:
     timeout: float | None = None
     #: free-form extras from child-side plugins (hardware spoof, logprob reports...)
     extras: dict[str, Any] = field(default_factory=dict)
+    #: what the child had reported ("returned a result", "skipped: ...") when it then died
+    #: by a signal or a non-zero exit status; the reported value stays in ``value``
+    after_result: str = ""
+    #: things the reader of this result should know about how it was run (a replaced
+    #: isolation server), one line each
+    notes: list[str] = field(default_factory=list)
 
     @property
     def signame(self) -> str | None:
@@ -66,6 +72,9 @@ class IsolatedResult:
     def summary(self) -> str:
         """One line for reports: how the child ended."""
         if self.outcome == "crashed":
+            if self.after_result:
+                return f"crashed: {self.after_result}, then {self.ending()} during exit " \
+                    f"(pid {self.pid})"
             if self.signal is not None:
                 return f"crashed: killed by {self.signame} (pid {self.pid})"
             return f"crashed: exited with code {self.exitcode} before returning a result"
@@ -74,6 +83,12 @@ class IsolatedResult:
         if self.outcome == "raised":
             return f"raised {self.exc_type}"
         return self.outcome
+
+    def ending(self) -> str:
+        """How the process ended: ``was killed by SIGSEGV`` / ``exited with code 3``."""
+        if self.signal is not None:
+            return f"was killed by {self.signame}"
+        return f"exited with code {self.exitcode}"
 
     def raise_for_outcome(self) -> IsolatedResult:
         """Return self if fn returned; otherwise raise what the child's ending means."""
