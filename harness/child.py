@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import faulthandler
 import functools
 import json
@@ -29,6 +30,11 @@ from pathlib import Path
 from typing import Any
 
 _HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+#: exit codes of a child that could not write its work folder, by errno: the folder is on
+#: a full (or read-only) filesystem, so no message can be written there; the parent names
+#: the cause, the path and the free space (``harness.isolation``)
+DISK_EXITS = {errno.ENOSPC: 201, errno.EDQUOT: 202, errno.EROFS: 203}
 
 #: SIGUSR1 asks the child for its stacks (parent side: ``harness.isolation``).
 STACK_SIGNAL = signal.SIGUSR1
@@ -243,6 +249,24 @@ def _arm_watchdog(stack_file: Any, deadline: float | None) -> None:
 
 
 def main(workdir: str) -> None:
+    try:
+        _main(workdir)
+    except OSError as exc:
+        exit_for_disk_error(exc)
+        raise
+
+
+def exit_for_disk_error(exc: OSError) -> None:
+    """Exit with the code that names ``exc``'s errno when the work folder's filesystem is
+    full or read-only (nothing can be written there to say so); return for anything else."""
+    code = DISK_EXITS.get(exc.errno or 0)
+    if code is not None:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _main(workdir: str) -> None:
     wd = Path(workdir)
     _die_with_parent()
     become_subreaper()

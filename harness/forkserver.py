@@ -51,6 +51,11 @@ class ForkServerUnavailable(RuntimeError):
     """The forkserver could not start or refused to serve; the message says why."""
 
 
+class ServerGone(OSError):
+    """A request met a dead isolation server (killed between two checks): the caller
+    replaces the server and starts the child on the new one."""
+
+
 # --- server side ------------------------------------------------------------------------
 
 def accelerator_state() -> str | None:
@@ -86,6 +91,10 @@ def _child_after_fork(req: dict[str, Any]) -> None:
         from harness.child import main
 
         main(req["workdir"])  # ends with os._exit(0)
+    except OSError as exc:  # its output files cannot be made: a full or read-only disk
+        from harness.child import exit_for_disk_error
+
+        exit_for_disk_error(exc)
     except SystemExit as exc:  # sys.exit() in fn: exit with its code, as a spawned child would
         code = exc.code
         if code is not None and not isinstance(code, int):
@@ -337,6 +346,8 @@ class ForkServerLauncher:
         )
         self._error: str | None = None
         self._ready = False
+        #: how the server this one replaced ended, until a child's result has said so
+        self.replaced: str | None = None
         atexit.register(self.close)
 
     def ensure_ready(self) -> None:
@@ -388,12 +399,20 @@ class ForkServerLauncher:
         """A child forked from the server, or ``argv`` started by it (spawn)."""
         self.ensure_ready()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(self.sock_path)
         req: dict[str, Any] = {"workdir": str(workdir), "env": env, "cwd": cwd}
         if argv is not None:
             req["argv"] = argv
-        conn.sendall(json.dumps(req).encode() + b"\n")
-        line, rest = _readline(conn).split(b"\n", 1)
+        try:
+            conn.connect(self.sock_path)
+            conn.sendall(json.dumps(req).encode() + b"\n")
+            line, rest = _readline(conn).split(b"\n", 1)
+        except OSError as exc:
+            conn.close()
+            # a server killed a moment ago may not be reaped yet: give it a little time
+            ended = self.ended(wait=2.0)
+            if self.alive():
+                raise
+            raise ServerGone(f"{ended}") from exc
         answer = json.loads(line)
         if "error" in answer:
             conn.close()
@@ -441,25 +460,47 @@ class ReplacingForkServer:
     def start(self, workdir: Path, env: dict[str, str], cwd: str) -> Any:
         if self._spawn is not None:
             return self._spawn.start(workdir, env, cwd)
+        note = None
         if self.server._ready and not self.server.alive():
-            self._deaths.append(self.server.ended())
-            self.server.close()
-            if len(self._deaths) >= 2:
-                why = (f"the forkserver died ({self._deaths[0]}), and its replacement too "
-                       f"({self._deaths[-1]})")
-                if not self._allow_spawn:
-                    raise ForkServerUnavailable(why)
-                self._warn(f"{why}: isolating with spawn from now on")
-                self._spawn = SpawnLauncher()
-                return self._spawn.start(workdir, env, cwd)
-            self.server = self._factory()
-            self.server.ensure_ready()
-            self._warn(f"the forkserver died ({self._deaths[-1]}); started a new one "
-                       f"(pid {self.server.proc.pid})")
-        return self.server.start(workdir, env, cwd)
+            note = self._replace(self.server.ended())
+            if self._spawn is not None:
+                return noted(self._spawn.start(workdir, env, cwd), note)
+        try:
+            return noted(self.server.start(workdir, env, cwd), note)
+        except ServerGone as exc:  # died between the check above and the request
+            note = self._replace(str(exc))
+            launcher = self._spawn or self.server
+            return noted(launcher.start(workdir, env, cwd), note)
+
+    def _replace(self, ended: str) -> str:
+        """A new server for the dead one (or spawn, or the reason none can be had); the
+        note the next child's result carries."""
+        self._deaths.append(ended)
+        self.server.close()
+        if len(self._deaths) >= 2:
+            why = (f"the forkserver died ({self._deaths[0]}), and its replacement too "
+                   f"({self._deaths[-1]})")
+            if not self._allow_spawn:
+                raise ForkServerUnavailable(why)
+            self._warn(f"{why}: isolating with spawn from now on")
+            self._spawn = SpawnLauncher()
+            return f"{why}: this check was started with spawn"
+        self.server = self._factory()
+        self.server.ensure_ready()
+        note = (f"the forkserver died ({ended}) before this check; replaced by a new one "
+                f"(pid {self.server.proc.pid})")
+        self._warn(note.replace(" before this check; replaced by", "; started"))
+        return note
 
     def close(self) -> None:
         self.server.close()
+
+
+def noted(handle: Any, note: str | None) -> Any:
+    """``handle`` carrying ``note`` (how its server was replaced) to the child's result."""
+    if note:
+        handle.notes = [*getattr(handle, "notes", ()), note]
+    return handle
 
 
 class _PopenHandle:
@@ -492,7 +533,18 @@ class SpawnLauncher:
 
     def start(self, workdir: Path, env: dict[str, str], cwd: str) -> Any:
         try:
-            return get_forkserver_launcher(()).start(workdir, env, cwd, spawn_argv(workdir))
+            try:
+                supervisor = get_forkserver_launcher(())
+                handle = supervisor.start(workdir, env, cwd, spawn_argv(workdir))
+            except ServerGone:  # killed since the last child: a new one serves
+                supervisor = get_forkserver_launcher(())
+                handle = supervisor.start(workdir, env, cwd, spawn_argv(workdir))
+            if supervisor.replaced:
+                note = (f"the spawn supervisor died ({supervisor.replaced}) before this "
+                        f"check; replaced by a new one (pid {supervisor.proc.pid})")
+                supervisor.replaced = None
+                return noted(handle, note)
+            return handle
         except ForkServerUnavailable as exc:
             if not SpawnLauncher._warned:
                 SpawnLauncher._warned = True
@@ -515,7 +567,11 @@ def get_forkserver_launcher(preload: tuple[str, ...] = DEFAULT_PRELOAD) -> ForkS
     key = (tuple(preload), os.getpid())
     with _servers_lock:
         server = _servers.get(key)
-        if server is None or (server._ready and not server.alive()):
+        if server is None or (server._ready and not server.alive()) or \
+                server.proc.poll() is not None:
+            dead = server
             server = _servers[key] = ForkServerLauncher(tuple(preload))
+            if dead is not None:  # said once, on the next child's result
+                server.replaced = dead.ended()
     server.ensure_ready()
     return server

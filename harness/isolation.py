@@ -35,7 +35,7 @@ import cloudpickle
 import psutil
 
 from harness import reaper, workdirs
-from harness.child import STACK_SIGNAL
+from harness.child import DISK_EXITS, STACK_SIGNAL
 from harness.forkserver import (  # noqa: F401 - SpawnLauncher, PACKAGE_ROOT: re-exported
     PACKAGE_ROOT,
     ForkServerUnavailable,
@@ -304,19 +304,32 @@ def isolate(
         {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs or {}),
          "contexts": dict(contexts or {})}
     )
-    workdir = workdirs.make("run")
     res = IsolatedResult(method=launcher.name, timeout=timeout)
+    try:
+        workdir = workdirs.make("run")
+    except OSError as exc:
+        if exc.errno not in workdirs.DISK_ERRORS:
+            raise
+        res.message = workdirs.disk_message(exc.filename or workdirs.base(), exc.errno)
+        return res
     handle: ChildHandle | None = None
     tracked: dict[int, psutil.Process] = {}
     try:
-        (workdir / "meta.json").write_text(json.dumps({
-            "sys_path": [p for p in sys.path if isinstance(p, str)], "token": token,
-            # wall clock: the child's watchdog writes the stacks just before it
-            "deadline": time.time() + timeout}))
-        (workdir / "payload.pkl").write_bytes(payload)
+        try:
+            (workdir / "meta.json").write_text(json.dumps({
+                "sys_path": [p for p in sys.path if isinstance(p, str)], "token": token,
+                # wall clock: the child's watchdog writes the stacks just before it
+                "deadline": time.time() + timeout}))
+            (workdir / "payload.pkl").write_bytes(payload)
+        except OSError as exc:
+            if exc.errno not in workdirs.DISK_ERRORS:
+                raise
+            res.message = workdirs.disk_message(workdir, exc.errno)
+            return res  # outcome "error": nothing was started
         start = time.monotonic()
         handle = launcher.start(workdir, child_environ(env, mark_child), cwd or os.getcwd())
         res.pid = handle.pid
+        res.notes.extend(getattr(handle, "notes", ()))
         reaper.register(handle.pid)
         deadline = start + timeout
         rc: int | None = None
@@ -346,6 +359,11 @@ def isolate(
         elif res.outcome != "timeout" and not loaded:
             res.outcome = "crashed"
             res.stack = _read_tail(workdir / "crash.txt")
+            disk = {code: err for err, code in DISK_EXITS.items()}.get(rc or 0)
+            if disk is not None:  # the child could not write its work folder
+                res.outcome = "error"
+                res.message = (f"the isolated child could not write its work folder: "
+                               f"{workdirs.disk_message(workdir, disk)}")
             died = getattr(handle, "server_died", None)
             if died:  # not the child's doing: say whose
                 res.outcome = "error"

@@ -467,6 +467,8 @@ def attach_result(item: pytest.Item, res: IsolatedResult) -> None:
         if text:
             item.add_report_section("call", f"{label} {name}", text)
     item.user_properties.append(("isolation", res.summary()))
+    for note in res.notes:
+        item.user_properties.append(("isolation_note", note))
     if res.events_counted:
         item.user_properties.append(("dispatch_events", json.dumps(res.events, sort_keys=True)))
 

@@ -219,4 +219,4 @@ def child_record(res: Any) -> dict[str, Any]:
     return {"pid": res.pid, "method": res.method, "outcome": res.outcome,
             "exitcode": res.exitcode, "signal": res.signame, "summary": res.summary(),
             "duration": round(res.duration, 4), "stdout_tail": tail_text(res.stdout, 2000),
-            "stderr_tail": tail_text(res.stderr, 2000)}
+            "stderr_tail": tail_text(res.stderr, 2000), "notes": list(res.notes)}

@@ -6,6 +6,7 @@ processes, and anything not named this way, are never touched."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -17,6 +18,11 @@ import psutil
 PREFIX = "npu-regress-"
 _OWNED = re.compile(rf"^{re.escape(PREFIX)}(run|fs)-(\d+)-")
 _cleaned = False
+
+
+def base() -> Path:
+    """Where the folders are made: the temp dir (``TMPDIR``)."""
+    return Path(tempfile.gettempdir())
 
 
 def make(kind: str) -> Path:
@@ -55,3 +61,25 @@ def clean_once() -> None:
     if not _cleaned:
         _cleaned = True
         remove_stale()
+
+
+#: what a full or read-only filesystem is called, by errno
+DISK_ERRORS = {errno.ENOSPC: "no space left on device (ENOSPC)",
+               errno.EDQUOT: "disk quota exceeded (EDQUOT)",
+               errno.EROFS: "read-only file system (EROFS)"}
+
+
+def disk_message(path: Path | str, err: int) -> str:
+    """Why ``path`` could not be written, with its filesystem's free space and the fix, for
+    an errno in ``DISK_ERRORS``."""
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        usage = shutil.disk_usage(probe)
+        free = f"{usage.free} bytes free of {usage.total} on that filesystem"
+    except OSError as exc:
+        free = f"its free space could not be read ({exc.strerror})"
+    return (f"{DISK_ERRORS[err]} writing {path}: {free}. Free space there, or point TMPDIR "
+            "at a folder on a filesystem with room (the isolated children's work folders "
+            "live under it)")

@@ -4,11 +4,16 @@ synchronisation fails the check that caused it."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from harness import ChildCrashed, run_isolated
+from harness import ChildCrashed, ChildError, run_isolated
 
 
 @pytest.fixture(params=["spawn", "forkserver"])
@@ -129,3 +134,101 @@ def test_a_crash_after_the_result_fails_through_pytest(pytester: pytest.Pytester
     assert result.stdout.str().count("returned a result, then was killed by SIGSEGV") >= 2
     text = (pytester.path / "r.jsonl").read_text()
     assert '"outcome": "failed"' in text and "passed" not in text.split('"counts"')[1]
+
+
+KILL_BETWEEN_CHECKS = """
+import os, signal
+import psutil
+
+def test_server_killed_between_checks(run_on_npu):
+    server = psutil.Process(run_on_npu(os.getppid).value)  # the server started that child
+    assert "harness.forkserver import serve" in " ".join(server.cmdline())
+    server.send_signal(signal.SIGKILL)  # an OOM killer, a stray kill: between two checks
+    res = run_on_npu(int, "2")
+    assert res.value == 2
+    assert any("replaced" in note and str(server.pid) in note for note in res.notes), res.notes
+"""
+
+
+@pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
+def test_a_server_that_died_between_checks_is_replaced_before_the_next(
+        pytester: pytest.Pytester, isolation: str) -> None:
+    pytester.makepyfile(test_between=KILL_BETWEEN_CHECKS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--isolation", isolation, "-rA",
+                                "-W", "default")
+    result.assert_outcomes(passed=1)
+    assert "ConnectionResetError" not in result.stdout.str()
+
+
+def _workdirs_with(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Each work folder gets ``name`` as a link to /dev/full, where every write fails with
+    ENOSPC, as on a full disk."""
+    from harness import workdirs
+
+    real_make = workdirs.make
+
+    def make(kind: str) -> Path:
+        folder = real_make(kind)
+        if kind == "run":
+            (folder / name).symlink_to("/dev/full")
+        return folder
+
+    monkeypatch.setattr(workdirs, "make", make)
+
+
+@pytest.mark.parametrize("where", ["payload.pkl", "result.pkl.tmp"])
+def test_a_full_disk_is_named_with_the_path_and_the_free_space(
+        monkeypatch: pytest.MonkeyPatch, method: str, where: str) -> None:
+    _workdirs_with(monkeypatch, where)
+    with pytest.raises(ChildError) as info:
+        run_isolated(int, "1", method=method)
+    text = str(info.value)
+    assert "no space left on device (ENOSPC) writing /" in text
+    assert "npu-regress-run-" in text and "bytes free of" in text and "TMPDIR" in text
+    if where == "result.pkl.tmp":
+        assert text.startswith("the isolated child could not write its work folder")
+
+
+FILLS_THE_DISK = """
+import contextlib, os, tempfile
+
+def test_one(run_on_npu):
+    assert run_on_npu(int, "1").value == 1
+
+def test_two_after_the_disk_filled(run_on_npu):
+    # the night goes on while the disk fills up (tempfile chose TMPDIR while it had room)
+    assert tempfile.gettempdir() == os.environ["TMPDIR"]
+    for n, size in enumerate((65536, 4096, 1)):
+        with open(os.path.join(os.environ["TMPDIR"], f"filler{n}"), "wb", buffering=0) as fh, \\
+                contextlib.suppress(OSError):
+            while True:
+                fh.write(b"0" * size)
+    assert run_on_npu(int, "2").value == 2
+"""
+
+
+@pytest.mark.parametrize("isolation", ["spawn", "forkserver"])
+def test_a_full_tmpdir_filesystem_fails_the_check_naming_it(
+        pytester: pytest.Pytester, isolation: str) -> None:
+    """A real full filesystem: TMPDIR on a 1 MiB tmpfs, filled to the last byte mid-run."""
+    # short: the forkserver's socket lives under TMPDIR, and AF_UNIX paths are 107 bytes
+    mount = Path(tempfile.mkdtemp(prefix="npr-full-", dir="/tmp"))
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        pytester.makepyfile(test_disk=FILLS_THE_DISK)
+        env = {**os.environ, "TMPDIR": str(mount)}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                               "--isolation", isolation, "-rf", "test_disk.py"],
+                              cwd=pytester.path, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1, out
+        assert "1 failed, 1 passed" in out, out
+        assert "no space left on device (ENOSPC) writing " + str(mount) in out, out
+        assert "0 bytes free of 1048576" in out, out
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        mount.rmdir()
