@@ -61,6 +61,8 @@ class HarnessSession:
     worker_id: str | None = None
     #: the stack manifest (``harness.manifest``), read at session start where reported
     manifest: dict[str, Any] | None = None
+    #: the signal that ended the session early ("SIGTERM"), or None
+    terminated: str | None = None
     _launcher: Launcher | None = field(default=None, repr=False)
     _server: ReplacingForkServer | None = field(default=None, repr=False)
     _previous_sigterm: Any = field(default=None, repr=False)
@@ -193,6 +195,20 @@ def _option(config: pytest.Config, name: str) -> Any:
     return config.getini(name) if value is None else value
 
 
+def _positive_timeout(value: Any) -> float:
+    """--isolation-timeout / harness_isolation_timeout as seconds > 0: a zero or negative
+    limit would fail every check "still running after -5 s"."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise pytest.UsageError(
+            f"--isolation-timeout / harness_isolation_timeout = {value!r}: give a number of "
+            f"seconds greater than 0 (default {DEFAULT_TIMEOUT_S:g})")
+    return seconds
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -220,6 +236,13 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "min_driver(version): skip unless the detected driver (HDK) is >= version",
     )
     workerinput = getattr(config, "workerinput", None)
+    # bad values first, before any probe starts a process
+    timeout = _positive_timeout(_option(config, "harness_isolation_timeout"))
+    count = config.getoption("harness_device_count")
+    if count is not None and count < 1:
+        raise pytest.UsageError(
+            f"--device-count {count}: the number of devices must be 1 or more (leave the "
+            "option out to use the detected count)")
     try:
         if workerinput and "harness_device" in workerinput:
             device = DeviceInfo.from_dict(workerinput["harness_device"])
@@ -229,7 +252,6 @@ def pytest_configure(config: pytest.Config) -> None:
             npu = detect_in_child()
             device = detect(_option(config, "harness_device"),
                             config.getoption("harness_device_count"))
-        timeout = float(_option(config, "harness_isolation_timeout"))
         method = _option(config, "harness_isolation")
         if method not in ISOLATION_CHOICES:
             raise pytest.UsageError(
@@ -238,10 +260,6 @@ def pytest_configure(config: pytest.Config) -> None:
                         _option(config, "harness_isolation_preload").split(",") if m.strip())
     except DeviceError as exc:
         raise pytest.UsageError(str(exc)) from None
-    except ValueError as exc:
-        raise pytest.UsageError(
-            f"harness_isolation_timeout must be a number of seconds: {exc}"
-        ) from None
     session = HarnessSession(
         device=device, timeout=timeout, method=method, preload=preload, npu=npu,
         worker_id=workerinput.get("workerid") if workerinput else None,
@@ -336,10 +354,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None and session._previous_sigterm is not None:
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGTERM, session._previous_sigterm)
+    if session is not None and session.terminated and \
+            session._previous_sigterm in (signal.SIG_DFL, None):
+        # everything is written: now end as the sender asked (exit status -SIGTERM)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C so that pytest ends its session in order (the results
+    footer and the JUnit XML are written for what ran), then re-raised on the way out."""
 
 
 def _install_sigterm(session: HarnessSession) -> None:
-    """On SIGTERM, end every running child's process group before pytest dies."""
+    """On SIGTERM, end every running child's process group, let pytest finish the session
+    as after Ctrl-C (results footer, JUnit XML), then die by SIGTERM as asked. A second
+    SIGTERM ends the process at once."""
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
@@ -348,9 +378,10 @@ def _install_sigterm(session: HarnessSession) -> None:
         reaper.end_all_live()
         if callable(previous):
             previous(signum, frame)
-        else:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the second one is not handled
+        session.terminated = "SIGTERM"
+        raise Terminated("SIGTERM: the session was ended; its results so far are written")
 
     signal.signal(signal.SIGTERM, on_sigterm)
     session._previous_sigterm = previous

@@ -33,6 +33,8 @@ SCHEMA = 1
 RUNNER_ENV = "HARNESS_RUNNER"
 #: characters of failure text / child output kept per test
 TEXT_TAIL = 4000
+#: test ids per "collected" line
+COLLECTED_CHUNK = 1000
 PACKAGES = ("npu-regress", "torch", "torch_npu", "vllm", "vllm_ascend", "verl", "pytest")
 
 
@@ -89,6 +91,8 @@ class ResultsWriter:
         self._lock = self._take_lock(path)
         self._fh: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - lives all session
         self.counts: Counter[str] = Counter()
+        #: how many tests the session collected (None until collection finished)
+        self.collected_count: int | None = None
         self._started = time.monotonic()
         #: why writing stopped (an OSError's text), or None
         self.lost: str | None = None
@@ -118,6 +122,23 @@ class ResultsWriter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.test(report, self.session)
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if session.items:  # an xdist controller collects nothing: its workers say
+            self.collected([item.nodeid for item in session.items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if self.collected_count is None:  # every worker collects the same ids
+            self.collected(list(ids))
+
+    def collected(self, ids: list[str]) -> None:
+        """What this session means to run, in lines of ``COLLECTED_CHUNK`` ids: a night cut
+        short can then tell the tests that never ran from tests that vanished."""
+        self.collected_count = len(ids)
+        for start in range(0, len(ids), COLLECTED_CHUNK):
+            self.write({"type": "collected", "total": len(ids),
+                        "ids": ids[start:start + COLLECTED_CHUNK]})
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.footer(exitstatus)
@@ -134,8 +155,16 @@ class ResultsWriter:
     def write(self, record: dict[str, Any]) -> None:
         if self.lost is not None:
             return
+        # type, id and outcome first: a reader that cannot parse a huge or deeply nested
+        # line still finds them in its first bytes (harness.report.load)
+        first = {key: record[key] for key in ("type", "id", "outcome") if key in record}
+        rest = {key: value for key, value in record.items() if key not in first}
+        line = json.dumps(first, default=str)
+        if rest:
+            tail = json.dumps(rest, default=str, sort_keys=True)
+            line = line[:-1] + ", " + tail[1:] if first else tail
         try:
-            self._fh.write(json.dumps(record, default=str, sort_keys=True) + "\n")
+            self._fh.write(line + "\n")
             self._fh.flush()
         except OSError as exc:
             self.lost = str(exc)
@@ -199,7 +228,11 @@ class ResultsWriter:
         self.write(record)
 
     def footer(self, exitstatus: int) -> None:
+        terminated = getattr(self.session, "terminated", None)
         self.write({"type": "footer", "end": _now(), "exitstatus": int(exitstatus),
+                    "interrupted": terminated is not None
+                    or int(exitstatus) == pytest.ExitCode.INTERRUPTED,
+                    "signal": terminated, "collected": self.collected_count,
                     "counts": dict(self.counts),
                     "duration": round(time.monotonic() - self._started, 3)})
         self.close()

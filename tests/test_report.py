@@ -98,20 +98,23 @@ def test_truncated_malformed_and_hostile_lines_are_skipped_not_fatal(tmp_path: P
     assert run.tests["t::<script>alert(1)</script>"].dispatch_events == {"aten::mm": 2}
     assert run.tests["t::<script>alert(1)</script>"].children == ()
     problems = "\n".join(run.problems)
-    for expected in ("bad.jsonl:3: skipped (not a JSON object)",
-                     "bad.jsonl:4: skipped (a test line without a string 'id')",
-                     "bad.jsonl:5: skipped (outcome 'exploded' is not one of",
-                     "bad.jsonl:6: skipped (unknown line type 'mystery')",
-                     "bad.jsonl:8: skipped (Unterminated string",
+    for expected in ("bad.jsonl:3: not readable (not a JSON object): unreadable",
+                     "bad.jsonl:4: not readable (a test line without a string 'id')",
+                     "bad.jsonl:5: not readable (outcome 'exploded' is not one of",
+                     "bad.jsonl:6: not readable (unknown line type 'mystery')",
+                     "bad.jsonl:8: not readable (Unterminated string",
+                     "(test 't::cut', outcome not found)",
                      "no footer: the run was cut short; 2 finished tests kept"):
         assert expected in problems
+    # every line that could not be loaded is counted, for the first screen
+    assert (run.unreadable, run.recovered) == (5, 0)
 
 
 def test_unreadable_and_headerless_inputs(tmp_path: Path) -> None:
     run = load_results(_write(tmp_path / "x86-box.jsonl", [_test("t::a", "passed"), FOOTER]))
     assert run.runner == "x86-box" and "no header line" in run.problems[0]
     assert load_results(tmp_path / "missing.jsonl").problems[0].startswith(
-        f"{tmp_path / 'missing.jsonl'}: cannot read")
+        f"{tmp_path / 'missing.jsonl'}: no such results file")
     (tmp_path / "bin.jsonl").write_bytes(b"\xff\xfe\x00garbage\n")
     assert len(load_results(tmp_path / "bin.jsonl").problems) == 3
 

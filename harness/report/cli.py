@@ -4,13 +4,42 @@
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import sys
 from pathlib import Path
 
 from harness.report import history as hist
-from harness.report.compare import compare, tonight_date
-from harness.report.load import load_any
+from harness.report.compare import check_clocks, compare, tonight_date
+from harness.report.load import Problems, load_any
 from harness.report.render import render
+
+#: problems printed to stderr (all kept ones are in summary.json)
+MAX_WARNINGS = 50
+
+
+def _nights(text: str) -> int:
+    """--keep: a whole number of nights, 1 or more (0 or -1 used to keep everything)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give the number of nights to keep, a whole number of 1 or more "
+            f"(default {hist.DEFAULT_KEEP})")
+    return value
+
+
+def _date(text: str) -> str:
+    """--date: a real calendar date written YYYY-MM-DD."""
+    try:
+        if len(text) != 10:  # fromisoformat also takes 20261130 and 2026-W48-1
+            raise ValueError(text)
+        return _dt.date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a date written YYYY-MM-DD (for example "
+            f"{_dt.datetime.now(_dt.timezone.utc).date().isoformat()})") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,10 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     add_p = hsub.add_parser("add", help="file tonight's results under their date")
     add_p.add_argument("results", nargs="+", type=Path)
     add_p.add_argument("--history", type=Path, required=True)
-    add_p.add_argument("--keep", type=int, default=hist.DEFAULT_KEEP,
-                       help=f"nights to keep (default {hist.DEFAULT_KEEP})")
-    add_p.add_argument("--date", help="file under this date (YYYY-MM-DD) instead of the "
-                                      "results' start date")
+    add_p.add_argument("--keep", type=_nights, default=hist.DEFAULT_KEEP,
+                       help=f"nights to keep, 1 or more (default {hist.DEFAULT_KEEP})")
+    add_p.add_argument("--date", type=_date, help="file under this date (YYYY-MM-DD) "
+                       "instead of the results' start date (UTC)")
     from harness.patches import cli as patches_cli
 
     patches_cli.add_parser(top)
@@ -44,20 +73,33 @@ def main(argv: list[str] | None = None) -> int:
         from harness.patches import cli as patches_cli
 
         return patches_cli.run(args)
-    missing = [str(p) for p in args.results if not p.is_file()]
-    if missing:
-        print(f"npu-regress: no such results file: {', '.join(missing)}", file=sys.stderr)
-        return 2
     if args.action == "history":
-        for line in hist.add(args.results, args.history, keep=args.keep, date=args.date):
+        messages = hist.add(args.results, args.history, keep=args.keep, date=args.date)
+        for line in messages:
             print(line)
-        return 0
-    tonight = [load_any(p) for p in args.results]
+        return 1 if messages.refused else 0
+    if args.history is not None and not args.history.is_dir():
+        what = "is not a folder" if args.history.exists() else "does not exist"
+        print(f"npu-regress: --history {args.history} {what}: every failure would read as "
+              "new. Give the folder that `npu-regress report history add` files the nights "
+              "in (create it empty for a first night)", file=sys.stderr)
+        return 2
+    loaded = [load_any(p) for p in args.results]
+    bad = [run for run in loaded if run.refused]
+    for run in bad:  # named as what it is; the other inputs still render
+        print(f"npu-regress: {run.path}: {run.refused}", file=sys.stderr)
+    tonight = [run for run in loaded if not run.refused]
+    if not tonight:
+        print("npu-regress: no readable results file among the inputs: nothing rendered",
+              file=sys.stderr)
+        return 2
+    check_clocks(tonight)
     date, _ = tonight_date(tonight)
-    history_problems: list[str] = []
+    history_problems = Problems()
     comp = compare(tonight, hist.load_history(args.history, before=date,
                                               problems=history_problems, tonight=tonight))
     comp.problems.extend(history_problems)
+    comp.problems.extend(f"{run.path}: {run.refused}" for run in bad)
     try:
         written = render(comp, args.out)
     except OSError as exc:
@@ -66,6 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in written:
         print(f"wrote {path}")
-    for problem in comp.problems:
+    for problem in comp.problems[:MAX_WARNINGS]:
         print(f"warning: {problem}", file=sys.stderr)
-    return 0
+    if comp.problems.total > MAX_WARNINGS:
+        print(f"warning: ... {comp.problems.total - MAX_WARNINGS} more problems (the first "
+              f"{len(comp.problems)} are in summary.json)", file=sys.stderr)
+    lost = sum(run.unreadable + run.recovered for run in tonight)
+    if lost:
+        print(f"npu-regress: {lost} result line(s) could not be read "
+              f"({sum(run.recovered for run in tonight)} recovered by id and outcome): the "
+              "report says so on its first screen; exit status 1", file=sys.stderr)
+    return 1 if bad or lost else 0

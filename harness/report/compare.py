@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from harness.report.load import RunResults, TestResult
+from harness.report.load import Problems, RunResults, TestResult
 from harness.report.past import FAILING_LETTERS, OUTCOME_OF, PASSING_LETTERS, History, Past
 
 #: outcome flips (pass <-> fail) within the window that make a test flaky
@@ -26,7 +26,9 @@ class Cell:
     runner: str
     outcome: str
     #: new-failure, fixed, still-failing, flaky, passing, skipped, newly-skipped, xfailed,
-    #: vanished (in an earlier night, not collected tonight: outcome "absent")
+    #: vanished (in an earlier night, not collected tonight: outcome "absent"), not-run
+    #: (collected tonight, or seen before, on a night that ended before it ran: outcome
+    #: "not-run")
     status: str
     #: still failing / skipped: the first night of the streak; vanished: the last night seen
     since: str | None = None
@@ -85,7 +87,8 @@ class Comparison:
     def outcome_counts(self) -> Counter[str]:
         """Outcomes over every cell, quiet passes included (vanished cells: "absent")."""
         counts = Counter(t.outcome for run in self.runs.values() for t in run.tests.values())
-        counts.update(c.outcome for c in self.cells.values() if c.status == "vanished")
+        counts.update(c.outcome for c in self.cells.values()
+                      if c.status in ("vanished", "not-run"))
         return counts
 
     @staticmethod
@@ -120,13 +123,32 @@ class Comparison:
             "flaky": rows(self.by_status("flaky")),
             "newly_skipped": rows(self.by_status("newly-skipped")),
             "vanished": rows(self.by_status("vanished")),
+            "not_run": rows(self.by_status("not-run")),
+            "incomplete": [{"runner": name, "state": run.ended_early,
+                            "not_run": run.not_run} for name, run in sorted(self.runs.items())
+                           if run.ended_early],
+            "unreadable": [{"runner": name, "path": run.path, "unreadable": run.unreadable,
+                            "recovered": run.recovered}
+                           for name, run in sorted(self.runs.items())
+                           if run.unreadable or run.recovered],
+            "clock_warnings": [{"runner": name, "warning": run.clock_warning}
+                               for name, run in sorted(self.runs.items()) if run.clock_warning],
+            "post_result_crashes": self.post_result_crashes(),
             "skipped": rows(self.by_status("skipped") + self.by_status("newly-skipped")),
             "upstream_drift": self._category_rows("upstream-drift"),
             "release_findings": self._category_rows("release-finding"),
             "event_changes": rows(self.event_changes()),
             "skipped_by_reason": dict(self.skip_reasons.most_common()),
-            "problems": self.problems,
+            "problems": list(self.problems), "problems_total": self.problems.total,
         }
+
+    def post_result_crashes(self) -> list[dict[str, Any]]:
+        """Checks whose child wrote a result and then died (harness.isolation): each is a
+        failure already; listed apart because a teardown crash reads like a pass elsewhere."""
+        return [{"test": test, "runner": runner, "summary": str(child.get("summary"))}
+                for runner, run in sorted(self.runs.items())
+                for test, res in run.tests.items() if res.failing
+                for child in res.children if "during exit" in str(child.get("summary", ""))]
 
 
 def _category(outcome: str | None) -> str | None:
@@ -137,12 +159,38 @@ def _category(outcome: str | None) -> str | None:
     return None  # skipped or absent: says nothing about flakiness
 
 
+#: a runner whose clock is further than this from the others' (or ahead of now) is named,
+#: and does not date the report
+CLOCK_SKEW = _dt.timedelta(days=1)
+
+
+def check_clocks(runs: list[RunResults], now: _dt.datetime | None = None) -> None:
+    """Set ``clock_warning`` on each run whose start is more than a day ahead of ``now``
+    (UTC) or more than a day from the median start of the dated runs."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    starts = sorted(start for run in runs if (start := run.start) is not None)
+    median = starts[len(starts) // 2] if starts else None
+    for run in runs:
+        start = run.start
+        if start is None:
+            continue
+        if start - now > CLOCK_SKEW:
+            run.clock_warning = (f"its clock says the run started {start:%Y-%m-%d %H:%M} UTC, "
+                                 f"{(start - now).days} day(s) ahead of now: not used to date "
+                                 "the report")
+        elif median is not None and abs(start - median) > CLOCK_SKEW:
+            run.clock_warning = (f"its clock says the run started {start:%Y-%m-%d %H:%M} UTC, "
+                                 f"{abs(start - median).days} day(s) from the other runners': "
+                                 "not used to date the report")
+
+
 def tonight_date(runs: list[RunResults]) -> tuple[str, str | None]:
-    """Tonight's date: the latest date among the inputs; inputs without one (a JUnit file
-    without timestamp) take it. With no date anywhere: today (UTC), said in the problems.
-    Never "unknown": history would then include tonight itself."""
-    dates = [r.date for r in runs if r.date != "unknown-date"]
-    undated = [r.path for r in runs if r.date == "unknown-date"]
+    """Tonight's date: the latest date among the inputs whose clock is trusted
+    (``check_clocks``); inputs without one (a JUnit file without timestamp) take it. With
+    no date anywhere: today (UTC), said in the problems. Never "unknown": history would
+    then include tonight itself."""
+    dates = [r.date for r in runs if r.date != "unknown-date" and not r.clock_warning]
+    undated = [r.path for r in runs if r.date == "unknown-date" or r.clock_warning]
     if dates:
         why = (f"no start date in {', '.join(undated)}: taken as {max(dates)}, the other "
                "inputs' date") if undated else None
@@ -157,7 +205,8 @@ def compare(tonight: list[RunResults],
     """Tonight's runs against the earlier nights (folded, or as (date, {runner: run}))."""
     history = nights if isinstance(nights, History) else History.of(nights)
     runs: dict[str, RunResults] = {}
-    problems: list[str] = []
+    problems = Problems()
+    check_clocks(tonight)
     for run in tonight:
         name = run.runner
         n = 2
@@ -169,6 +218,8 @@ def compare(tonight: list[RunResults],
             run.runner = name
         runs[name] = run
         problems.extend(run.problems)
+        if run.clock_warning:
+            problems.append(f"{run.path}: runner {run.runner!r}: {run.clock_warning}")
     date, why = tonight_date(list(runs.values()))
     if why:
         problems.append(why)
@@ -184,6 +235,8 @@ def compare(tonight: list[RunResults],
                 cells[(test_id, runner)] = cell
             if cell.reason is not None:
                 skip_reasons[cell.reason] += 1
+        for test_id in run.pending:  # collected, never ran: the night ended first
+            cells[(test_id, runner)] = Cell(test_id, runner, "not-run", "not-run")
         if past is not None:
             _vanished(runner, run, past, cells)
     tests.update(test for test, _ in cells)
@@ -255,12 +308,17 @@ def _bisect_hint(cell: Cell, past: Past, letters: str, run: RunResults) -> None:
 
 def _vanished(runner: str, run: RunResults, past: Past,
               cells: dict[tuple[str, str], Cell]) -> None:
-    """Tests an earlier night of this runner had that tonight did not collect at all."""
+    """Tests an earlier night of this runner had that tonight did not collect at all; on a
+    night that ended early without saying what it collected, "not-run" (it may have been
+    collected): never vanished for want of the night's end."""
+    unknown = run.ended_early is not None and run.collected is None
     for test_id, letters in past.letters.items():
-        if test_id not in run.tests:
+        if test_id not in run.tests and test_id not in run.pending:
             seen = len(letters.rstrip("-")) - 1
-            cells[(test_id, runner)] = Cell(test_id, runner, "absent", "vanished",
-                                            since=past.nights[seen].date)
+            cells[(test_id, runner)] = (
+                Cell(test_id, runner, "not-run", "not-run", since=past.nights[seen].date)
+                if unknown else Cell(test_id, runner, "absent", "vanished",
+                                     since=past.nights[seen].date))
 
 
 def _trend(history: History, tonight: dict[str, RunResults], date: str

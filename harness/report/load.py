@@ -9,8 +9,11 @@ footer.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import math
 import os
+import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,8 +26,11 @@ _OUTCOME = {o: o for o in OUTCOMES}
 #: longest string kept from any field (longer ones are cut, not rejected)
 MAX_TEXT = 20_000
 MAX_LINE = 2_000_000
-#: largest input file read (a link to /dev/zero, a runaway log): bigger ones are reported
-MAX_FILE = 512 * 1024 * 1024
+#: problems kept per list (a night of 500,000 duplicate ids must not make an 85 MB page):
+#: the rest are counted
+MAX_PROBLEMS = 1000
+#: collected-but-not-yet-seen ids kept per run (beyond it, only the counts)
+MAX_PENDING = 200_000
 #: deepest nesting kept from a header, footer or report field (deeper parts become text)
 MAX_DEPTH = 8
 #: worst first: which outcome a test id that appears twice keeps
@@ -49,6 +55,30 @@ class TestResult:
         return self.outcome in FAILING
 
 
+class Problems(list[str]):
+    """A list of problems that keeps the first ``MAX_PROBLEMS`` and counts the rest."""
+
+    def __init__(self, items: Any = ()) -> None:
+        super().__init__()
+        self.dropped = 0
+        self.extend(items)
+
+    def append(self, problem: str) -> None:
+        if len(self) < MAX_PROBLEMS:
+            super().append(problem)
+        else:
+            self.dropped += 1
+
+    def extend(self, problems: Any) -> None:
+        self.dropped += getattr(problems, "dropped", 0)
+        for problem in problems:
+            self.append(problem)
+
+    @property
+    def total(self) -> int:
+        return len(self) + self.dropped
+
+
 @dataclass
 class RunResults:
     path: str
@@ -56,24 +86,92 @@ class RunResults:
     header: dict[str, Any] = field(default_factory=dict)
     footer: dict[str, Any] | None = None
     tests: dict[str, TestResult] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    #: why the file was not read at all (a link, a FIFO, too big, unreadable), or None
+    problems: Problems = field(default_factory=Problems)
+    #: why the file was not read at all (a link, a FIFO, unreadable), or None
     refused: str | None = None
+    #: how many tests the run collected ("collected" lines; None: not recorded)
+    collected: int | None = None
+    #: collected ids with no test line (yet): after reading, the tests that never ran
+    pending: set[str] = field(default_factory=set)
+    #: pending ids past MAX_PENDING, counted only
+    pending_uncounted: int = 0
+    #: lines that could not be read at all, and those whose id and outcome were recovered
+    unreadable: int = 0
+    recovered: int = 0
+    #: test lines whose duration was not a finite number (shown as n/a)
+    bad_durations: int = 0
+    #: why this run's clock is not trusted to date the report (set by the comparison)
+    clock_warning: str | None = None
+
+    @property
+    def start(self) -> _dt.datetime | None:
+        """The run's start as an aware UTC time, where its header has a readable one."""
+        return utc_time(self.header.get("start"))
 
     @property
     def date(self) -> str:
-        start = self.header.get("start")
-        return start[:10] if isinstance(start, str) and len(start) >= 10 else "unknown-date"
+        """The night: the run's start date in UTC."""
+        start = self.start
+        return start.date().isoformat() if start is not None else "unknown-date"
 
     @property
-    def duration(self) -> float:
-        if self.footer and isinstance(self.footer.get("duration"), int | float):
-            return float(self.footer["duration"])
+    def duration(self) -> float | None:
+        """The run's duration in seconds; None (n/a) where it is not a finite number."""
+        if self.footer and "duration" in self.footer:
+            value = self.footer["duration"]
+            return float(value) if _finite(value) else None
         return sum(t.duration for t in self.tests.values())
 
     @property
     def complete(self) -> bool:
         return self.footer is not None
+
+    @property
+    def not_run(self) -> int:
+        """Collected tests that never ran (the night ended first)."""
+        return len(self.pending) + self.pending_uncounted
+
+    @property
+    def ended_early(self) -> str | None:
+        """How the night ended before its end, in words for the first screen, or None."""
+        footer = self.footer
+        if footer is not None and footer.get("source") == "junit":
+            return None
+        ran = len(self.tests)
+        of = f" of {self.collected}" if self.collected is not None else ""
+        if footer is None:
+            return (f"no footer: the run was killed (or is still running) after {ran}{of} "
+                    "tests")
+        signame = footer.get("signal")
+        status = footer.get("exitstatus")
+        if isinstance(signame, str) and signame:
+            return f"ended by {_text(signame, 20)} after {ran}{of} tests: exitstatus {status}"
+        if footer.get("interrupted") or status == 2:
+            return f"interrupted after {ran}{of} tests: exitstatus {status}"
+        if self.not_run:
+            return f"ended after {ran}{of} tests: exitstatus {status}"
+        return None
+
+
+def utc_time(value: Any) -> _dt.datetime | None:
+    """An ISO time as aware UTC (a naive one is taken as UTC), or None."""
+    if not isinstance(value, str) or len(value) < 10:
+        return None
+    try:
+        when = _dt.datetime.fromisoformat(value[:40])
+    except ValueError:
+        try:
+            when = _dt.datetime.fromisoformat(value[:10])
+        except ValueError:
+            return None
+    if when.tzinfo is None:
+        return when.replace(tzinfo=_dt.timezone.utc)
+    return when.astimezone(_dt.timezone.utc)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and \
+        math.isfinite(value)
 
 
 def _text(value: Any, limit: int = MAX_TEXT) -> str:
@@ -107,6 +205,8 @@ def _plain(value: Any, depth: int = 0) -> Any:
         return {_plain(str(k)): _plain(v, depth + 1) for k, v in list(value.items())[:1000]}
     if isinstance(value, list):
         return [_plain(v, depth + 1) for v in value[:1000]]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # NaN / Infinity: not JSON, and no number to draw
     return value
 
 
@@ -148,7 +248,7 @@ def parse_test(record: dict[str, Any], *, lean: bool = False) -> TestResult:
     duration = record.get("duration", 0.0)
     result = TestResult(
         id=_text(test_id, 1000), outcome=_OUTCOME[outcome],  # one str object per outcome
-        duration=float(duration) if isinstance(duration, int | float) else 0.0,
+        duration=float(duration) if _finite(duration) else 0.0,
         dispatch_events=_events(record.get("dispatch_events")))
     if not lean:
         result.reason = _text(record.get("reason"))
@@ -219,19 +319,27 @@ def load_any(path: Path) -> RunResults:
     return load_junit(path) if path.suffix.lower() == ".xml" else load_results(path)
 
 
+#: what a path that is not a regular file is, by its mode
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
 def readable_file(path: Path, *, follow_links: bool = True) -> str | None:
     """Why ``path`` must not be read (a FIFO would hang, /dev/zero never ends, a link out of
-    the history folder is not ours), or None."""
+    the history folder is not ours), named as what it is; None for a regular file, which
+    is read as a stream whatever its size."""
     try:
         st = os.stat(path) if follow_links else os.lstat(path)
+    except FileNotFoundError:
+        return "no such results file"
     except OSError as exc:
         return f"cannot read ({exc})"
     if stat.S_ISLNK(st.st_mode):
         return "a symbolic link: not followed"
     if not stat.S_ISREG(st.st_mode):
-        return "not a regular file: not read"
-    if st.st_size > MAX_FILE:
-        return f"{st.st_size} bytes, more than the {MAX_FILE} read: not read"
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        return f"{kind}, not a results file: not read"
     return None
 
 
@@ -262,10 +370,13 @@ def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = N
         while raw_line := fh.readline(MAX_LINE + 1):
             number += 1
             if len(raw_line) > MAX_LINE:  # read no more of it than the limit at a time
-                size = len(raw_line)
+                size, head = len(raw_line), raw_line[:RECOVER_BYTES]
+                outcome = _recover_outcome(raw_line)
                 while not raw_line.endswith(b"\n") and (raw_line := fh.readline(MAX_LINE)):
                     size += len(raw_line)
-                run.problems.append(f"{name}:{number}: line of {size} bytes skipped")
+                    outcome = outcome or _recover_outcome(raw_line)
+                _unreadable(run, f"{name}:{number}", head, outcome,
+                            f"a line of {size} bytes, more than the {MAX_LINE} read", keep)
                 continue
             _read_line(run, f"{name}:{number}", raw_line, keep, lean)
     if not run.header:
@@ -276,8 +387,48 @@ def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = N
     return run
 
 
+#: bytes at the start of an unreadable line searched for its type, id and outcome (the
+#: harness writes those first)
+RECOVER_BYTES = 65536
+_TYPE_TEST = re.compile(rb'^\s*\{\s*"type"\s*:\s*"test"|"type"\s*:\s*"test"')
+_ID = re.compile(rb'"id"\s*:\s*"((?:[^"\\]|\\.){1,2000})"')
+_OUTCOME_RE = re.compile(rb'"outcome"\s*:\s*"(' + "|".join(OUTCOMES).encode() + rb')"')
+
+
+def _recover_outcome(chunk: bytes) -> str | None:
+    found = _OUTCOME_RE.search(chunk)
+    return found.group(1).decode() if found else None
+
+
+def _unreadable(run: RunResults, where: str, head: bytes, outcome: str | None, why: str,
+                keep: Keep) -> None:
+    """A line that cannot be loaded is still counted: a test line whose id and outcome
+    can be found in its first bytes is kept with them (its failure text says what was
+    lost); any other is counted as unreadable, for the first screen."""
+    found = _ID.search(head) if _TYPE_TEST.search(head[:4096]) else None
+    test_id = None
+    if found:
+        try:
+            test_id = json.loads(b'"' + found.group(1) + b'"')
+        except ValueError:
+            test_id = None
+    if isinstance(test_id, str) and test_id and outcome is not None:
+        run.recovered += 1
+        run.problems.append(f"{where}: {why}; only its id and outcome were recovered")
+        result = TestResult(id=_text(test_id, 1000), outcome=_OUTCOME[outcome],
+                            longrepr=f"(this test's results line could not be read: {why}; "
+                                     "its id and outcome were recovered, its failure text "
+                                     "and properties are lost)")
+        keep(run, where, {"outcome": outcome}, result)
+        run.pending.discard(result.id)
+        return
+    run.unreadable += 1
+    shown = f" (test {_text(test_id, 200)!r}, outcome not found)" if test_id else ""
+    run.problems.append(f"{where}: {why}: unreadable{shown}")
+
+
 def _read_line(run: RunResults, where: str, raw_line: bytes, keep: Keep, lean: bool) -> None:
-    """One line of a results file into ``run``; a bad line becomes a problem."""
+    """One line of a results file into ``run``; a bad line is recovered or counted."""
     line = raw_line.decode("utf-8", errors="replace")
     if not line.strip():
         return
@@ -291,13 +442,38 @@ def _read_line(run: RunResults, where: str, raw_line: bytes, keep: Keep, lean: b
             if isinstance(record.get("runner"), str) and record["runner"].strip():
                 run.runner = _text(record["runner"], 200)
         elif kind == "test":
-            keep(run, where, record, parse_test(record, lean=lean))
+            result = parse_test(record, lean=lean)
+            if not _finite(record.get("duration", 0.0)):
+                run.bad_durations += 1
+            keep(run, where, record, result)
+            run.pending.discard(result.id)
+        elif kind == "collected":
+            _collected(run, record)
         elif kind == "footer":
             run.footer = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
         else:
             raise ValueError(f"unknown line type {_text(kind, 40)!r}")
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
-        run.problems.append(f"{where}: skipped ({_text(str(exc), 300)})")
+        why = "nested too deep to read" if isinstance(exc, RecursionError) else \
+            f"not readable ({_text(str(exc), 300)})"
+        _unreadable(run, where, raw_line[:RECOVER_BYTES], _recover_outcome(raw_line), why,
+                    keep)
+
+
+def _collected(run: RunResults, record: dict[str, Any]) -> None:
+    """A "collected" line: ids the run meant to run (the first MAX_PENDING kept)."""
+    total, ids = record.get("total"), record.get("ids")
+    if not isinstance(ids, list):
+        raise ValueError("a collected line without an 'ids' list")
+    if isinstance(total, int) and not isinstance(total, bool):
+        run.collected = total
+    for test_id in ids:
+        if not isinstance(test_id, str) or test_id in run.tests:
+            continue
+        if len(run.pending) < MAX_PENDING:
+            run.pending.add(_text(test_id, 1000))
+        else:
+            run.pending_uncounted += 1
 
 
 def keep_worst(run: RunResults, where: str, record: dict[str, Any], result: TestResult) -> None:

@@ -23,7 +23,8 @@ FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 OTHER = "other"
 #: statuses that put a matrix row in view (the rest fold behind a count)
-ATTENTION = ("new-failure", "still-failing", "flaky", "fixed", "newly-skipped", "vanished")
+ATTENTION = ("new-failure", "still-failing", "flaky", "fixed", "newly-skipped", "vanished",
+             "not-run")
 #: the stack shown on each runner line: (label, where in the results header)
 STACK = (("torch", ("packages", "torch")), ("torch_npu", ("packages", "torch_npu")),
          ("CANN", ("hardware", "cann_version")), ("driver", ("hardware", "driver_version")),
@@ -62,6 +63,11 @@ class RunnerLine:
     stack: list[tuple[str, str]]
     counts: dict[str, int]
     complete: bool
+    #: how the night ended early ("interrupted after 37 of 511 tests: exitstatus 2"), or ""
+    ended_early: str = ""
+    #: the run's duration, "n/a" where it is not a number
+    duration: str = ""
+    clock_warning: str = ""
 
 
 def runner_line(name: str, run: RunResults) -> RunnerLine:
@@ -77,10 +83,47 @@ def runner_line(name: str, run: RunResults) -> RunnerLine:
     stack = [(label, value) for label, path in STACK if (value := _lookup(header, path))
              and value != "absent"]
     counts = Counter(t.outcome for t in run.tests.values())
+    counts["not run"] = run.not_run
+    duration = run.duration
     return RunnerLine(name, chip, devices, stack,
                       {k: counts.get(k, 0) for k in ("passed", "failed", "error", "skipped",
-                                                     "xfailed", "xpassed")},
-                      run.complete)
+                                                     "xfailed", "xpassed", "not run")},
+                      run.complete, run.ended_early or "",
+                      "n/a" if duration is None else f"{duration:.0f} s",
+                      run.clock_warning or "")
+
+
+@dataclass
+class Alert:
+    """Something on the first screen that makes the night less than it looks."""
+
+    key: str
+    text: str
+
+
+def alerts(comp: Comparison) -> list[Alert]:
+    """What a reader must see before any count: nights that ended early, result lines
+    that could not be read, checks that crashed after their result, untrusted clocks."""
+    found = []
+    for name, run in sorted(comp.runs.items()):
+        if run.ended_early:
+            found.append(Alert("incomplete", f"{name}: {run.ended_early}"
+                               + (f"; {run.not_run} collected tests never ran"
+                                  if run.not_run else "")))
+        if run.unreadable or run.recovered:
+            found.append(Alert("unreadable", (
+                f"{name}: {run.unreadable + run.recovered} unreadable result lines"
+                + (f" ({run.recovered} recovered by id and outcome, shown below)"
+                   if run.recovered else "") + f" in {run.path}")))
+        if run.clock_warning:
+            found.append(Alert("clock", f"{name}: {run.clock_warning}"))
+    crashes = comp.summary()["post_result_crashes"]
+    if crashes:
+        first = crashes[0]
+        found.append(Alert("post-result-crash", (
+            f"{len(crashes)} check(s) crashed after returning a result (failed, not passed); "
+            f"first: {first['test']} on {first['runner']}: {first['summary']}")))
+    return found
 
 
 def _message(longrepr: str) -> str:
@@ -124,6 +167,9 @@ class Card:
     #: (title, text) of each child's ending and output tail
     children: list[tuple[str, str]] = field(default_factory=list)
     full: str = ""
+    #: a mass failure: how many tests failed with this same message, and the first ids
+    count: int = 1
+    others: list[str] = field(default_factory=list)
 
 
 def _diagnoses(family: str, res: TestResult, cell: Cell) -> list[Diagnosis]:
@@ -190,7 +236,31 @@ def failure_cards(comp: Comparison) -> list[Card]:
                     card.children.append((title, tail))
         cards.append(card)
     cards.sort(key=lambda c: (min(_ORDER.get(w[2], 3) for w in c.where), c.family, c.test))
-    return cards
+    return _collapse(cards)
+
+
+#: tests failing with one message that become one card, and the ids that card names
+MASS_FAILURE = 10
+MASS_IDS = 20
+
+
+def _collapse(cards: list[Card]) -> list[Card]:
+    """A mass failure (``MASS_FAILURE`` or more tests with the same family and message:
+    a broken install, a dead device) is one card with its count and the first ids, not
+    thousands of copies."""
+    groups: dict[tuple[str, str], list[Card]] = {}
+    for card in cards:
+        groups.setdefault((card.family, card.message), []).append(card)
+    out = []
+    for card in cards:
+        group = groups[(card.family, card.message)]
+        if len(group) < MASS_FAILURE:
+            out.append(card)
+        elif group[0] is card:
+            card.count = len(group)
+            card.others = [c.test for c in group[1:MASS_IDS]]
+            out.append(card)
+    return out
 
 
 @dataclass
@@ -235,11 +305,12 @@ def family_matrices(comp: Comparison) -> list[FamilyMatrix]:
                 if (c := comp.cells.get((t, r)))), t))
         counts = Counter(c.outcome for c in cells)
         present = sum(1 for t in tests for r in comp.runners if comp.result(t, r) is not None)
-        counts["passed"] += present - sum(1 for c in cells if c.outcome != "absent")
+        counts["passed"] += present - sum(1 for c in cells
+                                          if c.outcome not in ("absent", "not-run"))
         reasons = Counter(c.reason or "(no reason given)" for c in cells
                           if c.outcome == "skipped")
         ordered = {o: counts[o] for o in ("passed", "failed", "error", "xpassed", "xfailed",
-                                          "skipped") if counts.get(o)}
+                                          "skipped", "not-run") if counts.get(o)}
         quiet = [t for t in tests if t not in loud_set]
         out.append(FamilyMatrix(name, loud[:LOUD_ROWS], quiet[:QUIET_ROWS], ordered,
                                 reasons.most_common(), len(quiet), len(loud)))
@@ -276,6 +347,7 @@ def news(comp: Comparison) -> list[tuple[str, str, int]]:
             ("event-changes", "event-count changes", len(summary["event_changes"])),
             ("newly-skipped", "newly skipped", len(summary["newly_skipped"])),
             ("vanished", "vanished", len(summary["vanished"])),
+            ("not-run", "not run (night ended early)", len(summary["not_run"])),
             ("upstream-drift", "upstream drift", len(summary["upstream_drift"])),
             ("release-findings", "findings about releases", len(summary["release_findings"])),
             ("still-failing", "still failing", len(summary["still_failing"]))]

@@ -28,7 +28,8 @@ class PastNight:
 
     date: str
     header: dict[str, Any]
-    duration: float
+    #: None: not a finite number (shown as n/a, not drawn)
+    duration: float | None
     tests: int
     #: passed / ran (skips left out); None when nothing ran
     pass_rate: float | None
@@ -87,7 +88,8 @@ class Past:
         summed = self._open[1] if self._open is not None else 0.0
         duration = run.duration if run.footer else summed
         if width < len(self.nights):  # merged into the night already closed
-            duration += self.nights[-1].duration
+            earlier = self.nights[-1].duration
+            duration = None if duration is None or earlier is None else duration + earlier
             del self.nights[-1]
         self.nights.append(PastNight(date, run.header, duration, tests,
                                      passed / ran if ran else None))

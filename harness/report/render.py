@@ -60,9 +60,16 @@ TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "St
           "flaky": "Flaky", "event_changes": "Dispatch-event counts changed",
           "newly_skipped": "Newly skipped", "upstream_drift": "Upstream drift",
           "release_findings": "Findings about releases",
-          "vanished": "Vanished (not collected tonight)"}
+          "vanished": "Vanished (not collected tonight)",
+          "not_run": "Not run (the night ended before them)"}
 #: rows of the skipped table in summary.md (all of them are in summary.json)
 MD_SKIPPED_ROWS = 200
+#: rows of every other table in summary.md
+MD_ROWS = 500
+#: summary.md stays under this (a CI step summary takes 1 MiB)
+MD_LIMIT = 1000 * 1024
+#: problems listed on the page (summary.json keeps the first MAX_PROBLEMS)
+PAGE_PROBLEMS = 200
 
 
 def summary_markdown(comp: Comparison) -> str:
@@ -70,9 +77,11 @@ def summary_markdown(comp: Comparison) -> str:
     lines = [f"# npu-regress nightly {_md(comp.date)}", "",
              f"Runners: {', '.join(_md(r) for r in comp.runners) or 'none'}; "
              f"{s['tests']} tests; compared with {len(comp.nights)} earlier night(s).", "",
+             *[f"**{_md(a.text)}**" for a in page.alerts(comp)], "",
              "| | count |", "|---|---|"]
     for key in ("new_failures", "fixed", "still_failing", "flaky", "event_changes",
-                "newly_skipped", "vanished", "upstream_drift", "release_findings"):
+                "newly_skipped", "vanished", "not_run", "upstream_drift",
+                "release_findings"):
         lines.append(f"| {TITLES[key]} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
     lines.append(f"| Skipped | {skipped} |")
@@ -80,27 +89,27 @@ def summary_markdown(comp: Comparison) -> str:
         lines += ["", f"## {TITLES['new_failures']}", "",
                   "| test | runner | outcome | last passed | what changed since (stack) |",
                   "|---|---|---|---|---|"]
-        lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['outcome'])} | "
-                  f"{_md(r['last_passed'] or 'never in the window')} | "
-                  f"{_md(changes_text(r['changes']) or ('nothing' if r['last_passed'] else ''))}"
-                  " |" for r in s["new_failures"]]
+        lines += _cap([_new_failure_row(r) for r in s["new_failures"][:MD_ROWS + 1]],
+                      len(s["new_failures"]))
     if s["vanished"]:
         lines += ["", f"## {TITLES['vanished']}", "", "| test | runner | last seen |",
                   "|---|---|---|"]
-        lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['since'])} |"
-                  for r in s["vanished"]]
-    for key in ("still_failing", "flaky", "fixed", "newly_skipped",
+        lines += _cap([f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['since'])} |"
+                       for r in s["vanished"][:MD_ROWS + 1]], len(s["vanished"]))
+    for key in ("still_failing", "flaky", "fixed", "newly_skipped", "not_run",
                 "upstream_drift", "release_findings"):  # new failures: above, with the hint
         if s[key]:
             lines += ["", f"## {TITLES[key]}", "", "| test | runner | outcome | since |",
                       "|---|---|---|---|"]
-            lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['outcome'])} | "
-                      f"{_md(r['since'] or '')} |" for r in s[key]]
+            lines += _cap([f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['outcome'])} | "
+                           f"{_md(r['since'] or '')} |" for r in s[key][:MD_ROWS + 1]],
+                          len(s[key]))
     if s["event_changes"]:
         lines += ["", "## Dispatch-event counts changed since last night", "",
                   "| test | runner | before | now |", "|---|---|---|---|"]
-        lines += [f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['events_before'])} | "
-                  f"{_md(r['events_now'])} |" for r in s["event_changes"]]
+        lines += _cap([f"| {_md(r['test'])} | {_md(r['runner'])} | "
+                       f"{_md(r['events_before'])} | {_md(r['events_now'])} |"
+                       for r in s["event_changes"][:MD_ROWS + 1]], len(s["event_changes"]))
     if s["skipped"]:
         rows = sorted(s["skipped"], key=lambda r: (r["status"] != "newly-skipped",
                                                    r["since"] or "", r["test"]))
@@ -112,11 +121,46 @@ def summary_markdown(comp: Comparison) -> str:
             lines.append(f"| ... {len(rows) - MD_SKIPPED_ROWS} more in summary.json | | | |")
     if s["skipped_by_reason"]:
         lines += ["", "## Skipped, by reason", "", "| reason | count |", "|---|---|"]
-        lines += [f"| {_md(reason)} | {n} |" for reason, n in s["skipped_by_reason"].items()]
+        lines += _cap([f"| {_md(reason)} | {n} |" for reason, n in
+                       list(s["skipped_by_reason"].items())[:MD_ROWS + 1]],
+                      len(s["skipped_by_reason"]))
     if s["problems"]:
         lines += ["", "## Input problems (lines skipped)", ""]
         lines += [f"- {_md(p)}" for p in s["problems"][:50]]
-    return "\n".join(lines) + "\n"
+        if s["problems_total"] > 50:
+            lines.append(f"- ... {s['problems_total'] - 50} more (the first "
+                         f"{len(s['problems'])} in summary.json)")
+    return _within_limit(lines)
+
+
+def _new_failure_row(r: dict[str, Any]) -> str:
+    changed = changes_text(r["changes"]) or ("nothing" if r["last_passed"] else "")
+    return (f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['outcome'])} | "
+            f"{_md(r['last_passed'] or 'never in the window')} | {_md(changed)} |")
+
+
+def _cap(rows: list[str], total: int) -> list[str]:
+    """At most MD_ROWS table rows, then one that says where the rest are."""
+    if total <= MD_ROWS:
+        return rows
+    return [*rows[:MD_ROWS], f"| ... {total - MD_ROWS} more rows in summary.json | | | |"]
+
+
+def _within_limit(lines: list[str]) -> str:
+    """summary.md under MD_LIMIT bytes (a CI step summary takes 1 MiB), cut at a line with
+    one that says where the full lists are."""
+    text = "\n".join(lines) + "\n"
+    if len(text.encode()) <= MD_LIMIT:
+        return text
+    kept, size = [], 0
+    for line in lines:
+        size += len(line.encode()) + 1
+        if size > MD_LIMIT - 200:
+            break
+        kept.append(line)
+    kept += ["", "**summary.md cut here to stay under 1 MiB: every row is in summary.json "
+             "and report.html.**"]
+    return "\n".join(kept) + "\n"
 
 
 def _static(name: str) -> str:
@@ -141,11 +185,14 @@ def render(comp: Comparison, out: Path) -> list[Path]:
            "img-src data:; base-uri 'none'; form-action 'none'")
     nights_seen = len({p["date"] for pts in comp.trend.values() for p in pts})
     matrices = page.family_matrices(comp)
+    alerts = page.alerts(comp)
     html = env.get_template("report.html.j2").render(
         comp=comp, summary=comp.summary(), csp=csp, css=Markup(css), js=Markup(js),
         runner_lines=[page.runner_line(name, comp.runs[name]) for name in comp.runners
                       if name in comp.runs],
         news=page.news(comp), cards=page.failure_cards(comp), matrices=matrices,
+        alerts=alerts, page_problems=PAGE_PROBLEMS,
+        incomplete=any(a.key in ("incomplete", "unreadable") for a in alerts),
         bars=page.family_bars(matrices), nights_seen=nights_seen,
         changed=sorted(comp.event_changes(), key=lambda c: (c.test, c.runner)),
         trend_charts=[_chart(comp, "pass_rate", "pass rate", "{:.0%}"),
