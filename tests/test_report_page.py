@@ -238,3 +238,77 @@ def test_one_night_says_trends_need_two(tmp_path: Path) -> None:
     page = (tmp_path / "out" / "report.html").read_text()
     assert "drawn from the second night on: 1 night(s) so far" in page
     assert "<polyline" not in page and 'id="no-failures"' in page
+
+
+ALERT_PROBE = """(function () {
+  var out = {height: window.innerHeight, alerts: [], bottoms: []};
+  document.querySelectorAll("#alerts li.alert").forEach(function (a) {
+    out.alerts.push(a.textContent);
+    out.bottoms.push(Math.round(a.getBoundingClientRect().bottom));
+  });
+  out.noFailuresClaim = !!document.getElementById("no-failures");
+  parent.document.body.setAttribute("data-probe", JSON.stringify(out));
+})();"""
+
+
+def _troubled_night(tmp: Path) -> Path:
+    """Three runners, each with a night that reads green unless the page says otherwise:
+    interrupted (Ctrl-C after 2 of 5), a failing line too large to load, a check that
+    crashed after returning its result."""
+    out = tmp / "out"
+    a2 = tmp / "a2.jsonl"
+    a2.write_text("".join(json.dumps(r) + "\n" for r in [
+        _header("a2", "2026-11-30", npu=True),
+        {"type": "collected", "total": 5, "ids": [HARDWARE.format(i) for i in range(5)]},
+        _test(HARDWARE.format(0), "passed"), _test(HARDWARE.format(1), "passed"),
+        {"type": "footer", "exitstatus": 2, "interrupted": True, "signal": None,
+         "collected": 5, "duration": 12.0}]))
+    a3 = tmp / "a3.jsonl"
+    huge = {"type": "test", "id": LOGPROB.format("on", "float32"), "outcome": "failed",
+            "logprob_report": {"rows": ["x" * 1000] * 3000}}
+    a3.write_text("".join(json.dumps(r) + "\n" for r in [
+        _header("a3", "2026-11-30", npu=True), huge, _test(HARDWARE.format(0), "passed"),
+        {"type": "footer", "exitstatus": 1, "duration": 30.0}]))
+    a5 = tmp / "a5.jsonl"
+    crash = ("crashed: returned a result, then was killed by SIGSEGV during exit (pid 77)")
+    a5.write_text("".join(json.dumps(r) + "\n" for r in [
+        _header("a5", "2026-11-30", npu=True),
+        _test(SWITCH.format("mm", "enabled"), "failed",
+              longrepr=f"E   harness.ChildCrashed: isolated child {crash[9:]}",
+              children=[{"pid": 77, "outcome": "crashed", "signal": "SIGSEGV",
+                         "summary": crash, "stderr_tail": "Fatal Python error"}]),
+        {"type": "footer", "exitstatus": 1, "duration": 8.0}]))
+    assert cli(["report", "render", str(a2), str(a3), str(a5), "--out", str(out)]) == 1
+    return out / "report.html"
+
+
+@pytest.mark.parametrize("width, height", [(1400, 1000), (400, 900)])
+def test_an_incomplete_night_and_lost_lines_are_on_the_first_screen(
+        tmp_path: Path, width: int, height: int) -> None:
+    browser = _chromium()
+    page = _troubled_night(tmp_path)
+    _screenshot(browser, page, width, height, f"nightly-troubled-{width}px.png")
+    text = page.read_text()
+    digest = "'sha256-" + base64.b64encode(
+        hashlib.sha256(ALERT_PROBE.encode()).digest()).decode() + "'"
+    probed = page.with_name(f"alerts-{width}.html")
+    probed.write_text(text.replace("script-src ", f"script-src {digest} ", 1)
+                      .replace("</body>", f"<script>{ALERT_PROBE}</script></body>", 1))
+    outer = page.with_name(f"alerts-frame-{width}.html")
+    outer.write_text(f'<!doctype html><body style="margin:0"><iframe src="{probed.name}" '
+                     f'style="width:{width}px;height:{height}px;border:0"></iframe></body>')
+    dom = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu",
+         "--allow-file-access-from-files", f"--window-size={width + 100},{height + 100}",
+         "--virtual-time-budget=5000", "--dump-dom", outer.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False).stdout
+    found = re.search(r'data-probe="([^"]*)"', dom)
+    assert found, f"the probe did not run: {dom[:500]}"
+    facts = json.loads(html.unescape(found.group(1)))
+    alerts = " | ".join(facts["alerts"])
+    assert "a2: interrupted after 2 of 5 tests: exitstatus 2; 3 collected tests never ran" \
+        in alerts, facts
+    assert "a3: 1 unreadable result lines (1 recovered by id and outcome" in alerts, facts
+    assert "1 check(s) crashed after returning a result (failed, not passed)" in alerts, facts
+    assert all(bottom <= height for bottom in facts["bottoms"]), facts  # on screen one
+    assert facts["noFailuresClaim"] is False
