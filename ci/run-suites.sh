@@ -35,6 +35,15 @@ leader=$!
 trap 'kill -TERM -- "-$leader" 2>/dev/null' INT TERM
 wait "$leader"
 rc=$?
+if kill -0 "$leader" 2>/dev/null; then
+  # a signal ended the wait, not pytest: it is writing its results footer and JUnit XML
+  # (it handles SIGTERM like Ctrl-C); give it a minute before the group is killed
+  ( sleep 60; kill -KILL -- "-$leader" 2>/dev/null ) &
+  guard=$!
+  wait "$leader"
+  rc=$?
+  kill "$guard" 2>/dev/null
+fi
 # End whatever the run left in its process group.
 if kill -0 -- "-$leader" 2>/dev/null; then
   kill -TERM -- "-$leader" 2>/dev/null; sleep 5; kill -KILL -- "-$leader" 2>/dev/null

@@ -155,16 +155,8 @@ class ResultsWriter:
     def write(self, record: dict[str, Any]) -> None:
         if self.lost is not None:
             return
-        # type, id and outcome first: a reader that cannot parse a huge or deeply nested
-        # line still finds them in its first bytes (harness.report.load)
-        first = {key: record[key] for key in ("type", "id", "outcome") if key in record}
-        rest = {key: value for key, value in record.items() if key not in first}
-        line = json.dumps(first, default=str)
-        if rest:
-            tail = json.dumps(rest, default=str, sort_keys=True)
-            line = line[:-1] + ", " + tail[1:] if first else tail
         try:
-            self._fh.write(line + "\n")
+            self._fh.write(results_line(record))
             self._fh.flush()
         except OSError as exc:
             self.lost = str(exc)
@@ -236,6 +228,19 @@ class ResultsWriter:
                     "counts": dict(self.counts),
                     "duration": round(time.monotonic() - self._started, 3)})
         self.close()
+
+
+def results_line(record: dict[str, Any]) -> str:
+    """One line of the results file: type, id and outcome first (a reader that cannot parse
+    a huge or deeply nested line still finds them in its first bytes:
+    ``harness.report.load``), the rest sorted."""
+    first = {key: record[key] for key in ("type", "id", "outcome") if key in record}
+    rest = {key: value for key, value in record.items() if key not in first}
+    line = json.dumps(first, default=str)
+    if rest:
+        tail = json.dumps(rest, default=str, sort_keys=True)
+        line = line[:-1] + ", " + tail[1:] if first else tail
+    return line + "\n"
 
 
 def _json_or_none(value: Any) -> Any:
