@@ -9,6 +9,7 @@ its header (the stack manifest) and its totals: memory follows the distinct test
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,14 +60,15 @@ class Past:
         self._open = (date, duration + result.duration)
         width, letter = self._column(date), LETTER[result.outcome]
         have = self.letters.get(result.id)
+        # interned: 10^6 tests share a few dozen letter strings ("ppp", "pfp"...)
         if have is None:
-            self.letters[result.id] = "-" * width + letter
+            self.letters[result.id] = sys.intern("-" * width + letter)
         elif len(have) == width:
-            self.letters[result.id] = have + letter
+            self.letters[result.id] = sys.intern(have + letter)
         elif have[-1] != "-" and worse(OUTCOME_OF[have[-1]], result.outcome):
             return  # seen this night already, as bad or worse: the worst is kept
         else:
-            self.letters[result.id] = have[:-1] + letter
+            self.letters[result.id] = sys.intern(have[:-1] + letter)
         if result.dispatch_events is not None:
             self.events[result.id] = result.dispatch_events
         else:
@@ -78,7 +80,7 @@ class Past:
         tests = ran = passed = 0
         for test_id, letters in self.letters.items():
             if len(letters) == width:
-                self.letters[test_id] = letters = letters + "-"
+                self.letters[test_id] = letters = sys.intern(letters + "-")
             if letters[-1] == "-":
                 continue
             tests += 1
