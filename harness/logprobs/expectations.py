@@ -54,10 +54,12 @@ TABLE: dict[tuple[str, str, str, str, str, str], Expectation] = {
         "gave decode's rows the bits of prefill's"),
     # AMX-BF16 (oneDNN's AMX kernels): bf16 mm and bmm results depend on the row count,
     # where the AMD EPYC's AVX512_BF16 gave one result for every shape
+    # (the switch-off cases: the difference comes and goes with the thread count, 16 of
+    # 42 batch-size cases with 2 torch threads, none under xdist's 1: nothing to require)
     ("batch-size", "tiny", "cpu", "x86_64+amx", "bfloat16", "off"): Expectation(
-        "differ", f"{AMX}: 16 of 42 cases differ: bf16 mm's rows depend on the batch here"),
+        None, f"{AMX}: 16 of 42 cases differ with 2 torch threads, 0 with 1"),
     ("decode-vs-prefill", "tiny", "cpu", "x86_64+amx", "bfloat16", "off"): Expectation(
-        "differ", f"{AMX}: 2 of 30 cases differ (decode, batch of 8)"),
+        None, f"{AMX}: 2 of 30 cases differ (decode, batch of 8)"),
     ("decode-vs-prefill", "tiny", "cpu", "x86_64+amx", "bfloat16", "on"): Expectation(
         "gap", f"{AMX}: 2 of 30 differ with the reference ops on (decode at position 1 of "
         "a batch of 8, 27259 ULP): attention's bf16 aten::bmm (1 query row in decode, all "
