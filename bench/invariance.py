@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.isolation import get_launcher, isolate  # noqa: E402
+from harness.isolation.run import get_launcher, isolate  # noqa: E402
 
 BATCH, PROMPT, STEPS, REPEATS = 16, 64, 32, 3
 

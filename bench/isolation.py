@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.isolation import get_launcher, isolate  # noqa: E402
+from harness.isolation.run import get_launcher, isolate  # noqa: E402
 
 
 def trivial_check() -> float:

@@ -47,10 +47,10 @@ def write_results(path: Path, n: int, day: int = 30) -> None:
 
 
 def write_realistic(path: Path, n: int, day: int = 30) -> None:
-    """``n`` tests written as the harness writes them (``harness.results.results_line``:
+    """``n`` tests written as the harness writes them (``harness.plugin.results.results_line``:
     every field, a child record with its output tails, dispatch events), about 590 bytes
     a line: 1,000,000 lines make a file of about 590 MB."""
-    from harness.results import results_line
+    from harness.plugin.results import results_line
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as out:
@@ -82,7 +82,7 @@ def write_realistic(path: Path, n: int, day: int = 30) -> None:
 
 
 #: ``python -m harness report render`` that prints its own peak resident set (KiB) last
-RENDER = ("import resource, sys; from harness.report.cli import main; rc = main(sys.argv[1:]); "
+RENDER = ("import resource, sys; from harness.cli import main; rc = main(sys.argv[1:]); "
           "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
           "sys.exit(rc)")
 

@@ -16,7 +16,7 @@ RUNNER=${HARNESS_RUNNER:-$(hostname)}
 mkdir -p "$OUT"
 
 # One xdist worker per device (workers pin their children to device k mod N); none on CPU.
-devices=$("$PY" -c 'from harness.devices import detect; d = detect("auto"); print(d.kind, d.count)' \
+devices=$("$PY" -c 'from harness.stack.devices import detect; d = detect("auto"); print(d.kind, d.count)' \
   | tail -n 1) || devices="cpu 1"
 read -r kind count <<<"$devices"
 xdist=()

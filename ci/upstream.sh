@@ -65,7 +65,7 @@ if [ -n "$ascend" ]; then
   echo "$dest" > "$site/npu_regress_upstream.pth"
 fi
 # torch-npu: its files, not an install (importing it needs torch 2.14.0 and CANN). An image
-# with a real torch_npu is read from there instead (harness.upstream.torch_npu_file).
+# with a real torch_npu is read from there instead (harness.stack.upstream.torch_npu_file).
 if [ -n "$torch_npu" ]; then
   dest="$PWD/.upstream/torch-npu-$torch_npu"
   if [ ! -f "$dest/torch_npu/include/torch_npu/csrc/core/npu/NpuVariables.h" ]; then

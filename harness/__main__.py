@@ -2,6 +2,6 @@
 
 import sys
 
-from harness.report.cli import main
+from harness.cli import main
 
 sys.exit(main())

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from harness.conformance import (
+from harness.hardware import NpuSpoof, get_npu_versions, ipc_support
+from harness.hardware.conformance import (
     IMPLEMENTATIONS,
     UpstreamDrift,
     ask,
@@ -19,8 +20,7 @@ from harness.conformance import (
     soc_table_differences,
     torch_npu_soc_table,
 )
-from harness.disagreements import judge as judge_conformance
-from harness.hardware import NpuSpoof, get_npu_versions, ipc_support
+from harness.hardware.disagreements import judge as judge_conformance
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from harness.patches.checks import (
     judge_idempotent,
     judge_propagates,
 )
-from harness.upstream import version
+from harness.stack.upstream import version
 
 PATCHES = declared()
 #: what the apply of each patch did on the pristine upstream (one child per patch and worker)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import preflight
-from harness.devices import has_module
-from harness.hardware import NpuVersions
-from harness.manifest import read_packages
+from harness.hardware import NpuVersions, preflight
+from harness.plugin.manifest import read_packages
+from harness.stack.devices import has_module
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +49,7 @@ def test_cann_meets_what_vllm_ascend_is_released_for(
     stated = preflight.stated_cann(str(release), preflight.installed_matrix())
     if stated is None:
         pytest.skip(f"vllm-ascend {release} is in neither its own compatibility matrix (not "
-                    "installed beside it) nor harness.preflight.STATED_CANN: add it there")
+                    "installed beside it) nor harness.hardware.preflight.STATED_CANN: add it there")
     if not npu_versions.cann_version:
         pytest.skip(f"CANN is not detected on this runner ({_tried(npu_versions, 'cann')})")
     problem = preflight.cann_problem(npu_versions.cann_version, str(release), *stated)

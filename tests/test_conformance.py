@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from harness import run_isolated
-from harness.conformance import (
+from harness.hardware import NpuSpoof
+from harness.hardware.conformance import (
     IMPLEMENTATIONS,
     VERL,
     VLLM_ASCEND_HARDWARE,
@@ -19,8 +20,7 @@ from harness.conformance import (
     our_answer,
     release,
 )
-from harness.disagreements import judge
-from harness.hardware import NpuSpoof
+from harness.hardware.disagreements import judge
 
 
 def _needs(*impls: str) -> None:
@@ -187,7 +187,7 @@ enum class SocVersion {
 
 
 def test_soc_enum_follows_cpp_rules() -> None:
-    from harness.conformance import parse_soc_enum
+    from harness.hardware.conformance import parse_soc_enum
 
     assert parse_soc_enum(HEADER) == {100: "Ascend910PremiumA", 101: "Ascend910ProA",
                                       260: "Ascend950"}
@@ -197,7 +197,7 @@ def test_soc_enum_follows_cpp_rules() -> None:
 
 def test_a_soc_that_torch_npu_adds_or_renames_is_named() -> None:
     """Negative control for the suite's torch_npu table check."""
-    from harness.conformance import SOC_NAMES, soc_table_differences
+    from harness.hardware.conformance import SOC_NAMES, soc_table_differences
 
     table = {**SOC_NAMES, 260: "Ascend950"}
     assert soc_table_differences(table) == []
@@ -211,7 +211,7 @@ def test_a_soc_that_torch_npu_adds_or_renames_is_named() -> None:
 
 
 def test_the_upstream_torch_npu_table_is_read_from_its_header() -> None:
-    from harness.conformance import torch_npu_soc_table
+    from harness.hardware.conformance import torch_npu_soc_table
 
     found = torch_npu_soc_table()
     if found is None:

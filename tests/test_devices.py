@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices import DeviceError, detect, pinning_env, worker_index
+from harness.stack.devices import DeviceError, detect, pinning_env, worker_index
 
 
 def fake_torch_npu(root: Path, body: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,14 +57,14 @@ def test_broken_torch_npu_is_an_error_not_a_cpu_run(tmp_path: Path,
 
 
 def test_explicit_cpu_never_probes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("harness.devices.probe", lambda: pytest.fail("probed"))
+    monkeypatch.setattr("harness.stack.devices.probe", lambda: pytest.fail("probed"))
     info = detect("cpu")
     assert info.kind == "cpu"
     assert info.npu_missing == "torch_npu is not installed"
 
 
 def test_count_override_skips_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("harness.devices.probe", lambda: pytest.fail("probed"))
+    monkeypatch.setattr("harness.stack.devices.probe", lambda: pytest.fail("probed"))
     info = detect("cuda", count_override=4)
     assert (info.kind, info.count) == ("cuda", 4)
     assert info.npu_missing == "torch_npu is not installed"
@@ -96,7 +96,7 @@ def test_worker_index() -> None:
 def test_thread_budget_under_xdist() -> None:
     import os
 
-    from harness.devices import thread_budget_env
+    from harness.stack.devices import thread_budget_env
 
     cpus = len(os.sched_getaffinity(0))
     assert thread_budget_env({}) == {}

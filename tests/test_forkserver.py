@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness import run_isolated
-from harness.forkserver import ForkServerLauncher, ForkServerUnavailable
-from harness.isolation import SpawnLauncher, get_launcher, isolate
+from harness.isolation.run import SpawnLauncher, get_launcher, isolate
+from harness.isolation.server import ForkServerLauncher, ForkServerUnavailable
 
 
 def pollute(module_dir: str) -> dict[str, object]:
@@ -126,7 +126,7 @@ def test_a_status_read_with_the_pid_is_not_lost() -> None:
     """A child that ends at once: the server's pid and status lines can arrive in one read."""
     import socket
 
-    from harness.forkserver import _ForkedHandle
+    from harness.isolation.server import _ForkedHandle
 
     ours, theirs = socket.socketpair()
     try:

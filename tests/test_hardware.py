@@ -122,12 +122,12 @@ def test_spoof_rejects_unknown_raise_on() -> None:
 BREAKERS = {
     # a substring guess (verl-style): plain "Ascend910B" (910A class) read as A2
     "substring-names": (
-        "import re, harness.hardware as h\n"
+        "import re, harness.hardware.versions as h\n"
         "h.SOC_NAME_RULES.insert(0, (re.compile(r'.*Ascend910B.*'), h.AscendHardwareVersion.A2))\n"
     ),
     # every name rule searched as a substring instead of matched from the start
     "substring-everywhere": (
-        "import harness.hardware as h\n"
+        "import harness.hardware.versions as h\n"
         "def by_search(cls, name):\n"
         "    for pattern, family in h.SOC_NAME_RULES:\n"
         "        if pattern.search((name or '').strip()):\n"
@@ -137,7 +137,7 @@ BREAKERS = {
     ),
     # A5 without its exemption: the Pod at HDK 25.1 loses IPC
     "no-a5-exemption": (
-        "import harness.hardware as h\n"
+        "import harness.hardware.versions as h\n"
         "orig = h.ipc_support\n"
         "def no_a5(v):\n"
         "    if v.hardware == h.AscendHardwareVersion.A5:\n"
@@ -147,10 +147,10 @@ BREAKERS = {
         "fn.__globals__['ipc_support'] = no_a5  # the suite imported it by name\n"
     ),
     # no trimming: '25.5.t3.b001' no longer parses
-    "no-trimming": "import harness.hardware as h\nh.trim_version = lambda raw: raw.strip()\n",
+    "no-trimming": "import harness.hardware.versions as h\nh.trim_version = lambda raw: raw.strip()\n",
     # vllm-ascend's A3 range (to 255) in place of torch_npu's (to 256)
     "a3-ends-at-255": (
-        "import harness.hardware as h\n"
+        "import harness.hardware.versions as h\n"
         "h.SOC_RANGES.pop((250, 256)); h.SOC_RANGES[(250, 255)] = h.AscendHardwareVersion.A3\n"
     ),
 }

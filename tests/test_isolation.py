@@ -14,7 +14,7 @@ import pytest
 
 import harness
 from harness import ChildCrashed, ChildError, ChildTimeout, IsolationError, run_isolated
-from harness.isolation import OUTPUT_LIMIT, isolate
+from harness.isolation.run import OUTPUT_LIMIT, isolate
 from tests.process_checks import assert_gone, read_pids, start_grandchild
 
 
@@ -252,21 +252,21 @@ class _SilentLauncher:
     name = "silent"
 
     def start(self, workdir: Path, env: dict[str, str], cwd: str):  # type: ignore[no-untyped-def]
-        from harness.isolation import _PopenHandle
+        from harness.isolation.run import _PopenHandle
 
         proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
         return _PopenHandle(proc)
 
 
 def test_child_that_never_ran_fn_cannot_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("harness.isolation.get_launcher", lambda method: _SilentLauncher())
+    monkeypatch.setattr("harness.isolation.run.get_launcher", lambda method: _SilentLauncher())
     with pytest.raises(ChildCrashed, match="exited with code 0 before returning a result"):
         run_isolated(double, 1)
 
 
 def test_result_with_a_stale_token_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     """A result file not written for this run (wrong token) is never taken as a pass."""
-    import harness.isolation as iso
+    import harness.isolation.run as iso
 
     real = iso._load_result
 
@@ -329,7 +329,7 @@ def test_a_truncated_result_file_is_an_isolation_error(monkeypatch: pytest.Monke
 def test_a_new_session_removes_only_the_folders_of_gone_processes(tmp_path: Path) -> None:
     """Work and socket folders of a process that is gone (a SIGKILLed pytest) are removed;
     those of live processes, and other names, stay."""
-    from harness import workdirs
+    from harness.isolation import workdirs
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -347,7 +347,7 @@ def test_a_new_session_removes_only_the_folders_of_gone_processes(tmp_path: Path
 
 
 def test_work_folders_name_their_owner() -> None:
-    from harness import workdirs
+    from harness.isolation import workdirs
 
     folder = workdirs.make("run")
     try:

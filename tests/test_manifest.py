@@ -6,9 +6,9 @@ import importlib.metadata
 
 import pytest
 
-from harness import manifest
-from harness.devices import has_module
 from harness.hardware import AscendHardwareVersion, NpuVersions
+from harness.plugin import manifest
+from harness.stack.devices import has_module
 
 
 def test_the_manifest_reads_the_installed_stack_in_a_child() -> None:

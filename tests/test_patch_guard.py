@@ -16,7 +16,7 @@ from harness.patches import checks
 from harness.patches import declared as declared_patches
 from harness.patches.checks import variant
 from harness.patches.fingerprint import classify, fingerprints
-from harness.upstream import version
+from harness.stack.upstream import version
 from tests.patch_toy import INTENT, declared
 
 WAKE_UP = "tests.patch_toy:Engine.wake_up"
@@ -158,7 +158,7 @@ def test_the_fingerprint_report_imports_nothing(tmp_path: Path) -> None:
     earlier[1]["text"] = "0" * 16
     previous = tmp_path / "previous.json"
     previous.write_text(json.dumps(earlier))
-    from harness.report.cli import main
+    from harness.cli import main
 
     out = tmp_path / "tonight.json"
     assert main(["patches", "fingerprints", "--against", str(previous), "--json",
@@ -168,7 +168,7 @@ def test_the_fingerprint_report_imports_nothing(tmp_path: Path) -> None:
 
 
 def test_fingerprint_report_bad_previous_file(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from harness.report.cli import main
+    from harness.cli import main
 
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
@@ -185,7 +185,7 @@ def test_the_standin_names_every_native_symbol_and_runs_none() -> None:
 
         import torch
 
-        from harness import standin
+        from harness.invariance import standin
 
         standin.stand_in_native_names()
         import torch_npu

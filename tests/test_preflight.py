@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness import preflight, run_isolated
-from harness.devices import has_module
+from harness.stack.devices import has_module
 
 #: these runs expect what a machine without an Ascend stack shows (a real torch_npu or
 #: npu-smi answers before a stand-in install's version files)
@@ -33,7 +33,7 @@ def test_the_ops_vllm_ascend_calls_are_read_from_its_sources() -> None:
 
 
 def _unregistered_with_the_stand_in(ops: list[str]) -> list[str]:
-    from harness import standin
+    from harness.invariance import standin
 
     standin.install()  # a CPU-backed ops package registering four batch-invariant ops
     return preflight.unregistered(ops)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli import main as cli
 from harness.report import history as hist
-from harness.report.cli import main as cli
 from harness.report.compare import compare
 from harness.report.load import load_results
 

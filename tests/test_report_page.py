@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.report.cli import main as cli
+from harness.cli import main as cli
 from harness.report.page import family_of
 
 ROOT = Path(__file__).parent.parent

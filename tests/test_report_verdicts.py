@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli import main as cli
 from harness.report import history as hist
-from harness.report.cli import main as cli
 from harness.report.load import load_results
 from tests.test_report import FOOTER, _header, _test, _write
 

@@ -191,7 +191,7 @@ def test_real_vllm_ascend_footprint_and_env() -> None:
     def on() -> tuple[dict, str | None, str | None]:  # type: ignore[type-arg]
         import os
 
-        from harness.dispatch import footprint, registrations
+        from harness.stack.dispatch import footprint, registrations
 
         target = VllmAscendTarget()
         target.device()
@@ -234,7 +234,7 @@ def test_a_standin_op_that_returns_a_different_bit_fails_its_case() -> None:
 
 
 def _renamed_lib(*args):  # type: ignore[no-untyped-def]
-    from harness import standin
+    from harness.invariance import standin
 
     standin.install()  # the release imports torch_npu at module level
     import vllm_ascend.batch_invariant as module
@@ -244,7 +244,7 @@ def _renamed_lib(*args):  # type: ignore[no-untyped-def]
 
 
 def test_a_renamed_vllm_ascend_symbol_is_upstream_drift() -> None:
-    from harness.upstream import UpstreamDrift
+    from harness.stack.upstream import UpstreamDrift
 
     _needs_vllm_ascend()
     with pytest.raises(UpstreamDrift) as caught:
@@ -346,7 +346,7 @@ def _vllm_without_lib(enabled: bool) -> dict:  # type: ignore[type-arg]
 
 
 def test_a_renamed_vllm_symbol_is_upstream_drift() -> None:
-    from harness.upstream import UpstreamDrift
+    from harness.stack.upstream import UpstreamDrift
 
     _needs_vllm()
     with pytest.raises(UpstreamDrift) as caught:
@@ -392,7 +392,7 @@ def test_namespace_is_shared_with_a_vendor_fragment() -> None:
         import torch
 
         import harness.invariance.reference  # noqa: F401
-        from harness import standin
+        from harness.invariance import standin
 
         standin.install()
         import batch_invariant_ops  # noqa: F401
@@ -408,7 +408,7 @@ def test_count_events_is_top_level_api() -> None:
     import torch
 
     import harness
-    from harness import dispatch
+    from harness.stack import dispatch
 
     assert harness.count_events is dispatch.count_events
     with harness.count_events("aten::mm", "batch_invariant_ops::") as counts:

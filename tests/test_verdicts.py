@@ -144,7 +144,7 @@ import psutil
 
 def test_server_killed_between_checks(run_on_npu):
     server = psutil.Process(run_on_npu(os.getppid).value)  # the server started that child
-    assert "harness.forkserver import serve" in " ".join(server.cmdline())
+    assert "harness.isolation.server import serve" in " ".join(server.cmdline())
     server.send_signal(signal.SIGKILL)  # an OOM killer, a stray kill: between two checks
     res = run_on_npu(int, "2")
     assert res.value == 2
@@ -165,7 +165,7 @@ def test_a_server_that_died_between_checks_is_replaced_before_the_next(
 def _workdirs_with(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """Each work folder gets ``name`` as a link to /dev/full, where every write fails with
     ENOSPC, as on a full disk."""
-    from harness import workdirs
+    from harness.isolation import workdirs
 
     real_make = workdirs.make
 

@@ -12,7 +12,7 @@ import pytest
 from harness import run_isolated
 from harness.invariance.adapters import VerlTarget
 from harness.invariance.switch import case_inputs, judge, run_switch_case
-from harness.upstream import UpstreamDrift
+from harness.stack.upstream import UpstreamDrift
 
 #: what vllm-ascend 0.23.0.post1 registers on the NPU key when verl turns the switch on
 VLLM_ASCEND_FOOTPRINT = {"aten::matmul": ["PrivateUse1"], "aten::mm": ["PrivateUse1"],

@@ -352,7 +352,7 @@ def test_probe_runs_no_session_fixture_teardown(pytester: pytest.Pytester) -> No
 def test_default_state_sees_a_real_cuda_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from harness.whole_test import default_accelerator_state
+    from harness.plugin.whole_test import default_accelerator_state
 
     assert default_accelerator_state() is None
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
-from harness.invariance import (
+from harness.invariance.target import (
     SWITCH_ENV,
     Expect,
     InvarianceTarget,
     has_module,
     no_invariant_events,
 )
-from harness.upstream import UpstreamDrift, require, source_file
+from harness.stack.upstream import UpstreamDrift, require, source_file
 
 #: the reference's "vendor" fused kernel (kept here: the parent must not import the
 #: reference module, which registers ops)
@@ -95,7 +95,8 @@ class ReferenceTarget(OpSetTarget):
 class VllmAscendTarget(OpSetTarget):
     """vllm-ascend's AscendC path (``vllm_ascend.batch_invariant``): on a real NPU, or, on a
     machine without one, the released sources on the CPU-backed stand-in device
-    (``harness.standin``: the NPU key, torch_npu's native ops, ``batch_invariant_ops``)."""
+    (``harness.invariance.standin``: the NPU key, torch_npu's native ops,
+    ``batch_invariant_ops``)."""
 
     name = "vllm_ascend"
     devices = ("npu", "cpu")
@@ -131,11 +132,11 @@ class VllmAscendTarget(OpSetTarget):
         return None
 
     def device(self) -> Any:
-        import harness
+        from harness.stack import devices
 
-        if harness.device_kind() == "npu":
-            return harness.device()
-        from harness import standin
+        if devices.device_kind() == "npu":
+            return devices.device()
+        from harness.invariance import standin
 
         standin.install()
         return standin.torch_device()
@@ -202,7 +203,7 @@ class VerlTarget(VllmAscendTarget):
         return super().unavailable(device_kind, npu_missing)
 
     def release(self) -> str:
-        from harness.upstream import release
+        from harness.stack.upstream import release
 
         return f"{release('verl')} over {release('vllm-ascend')}"
 

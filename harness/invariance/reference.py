@@ -250,7 +250,7 @@ fused_infer_attention_score = _attention
 
 
 def _dispatch_key() -> str:
-    from harness import device_kind
+    from harness.stack.devices import device_kind
 
     return {"cpu": "CPU", "cuda": "CUDA", "npu": "PrivateUse1"}.get(device_kind(), "CPU")
 

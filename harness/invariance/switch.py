@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harness.dispatch import footprint, registrations
 from harness.invariance import SWITCH_ENV, InvarianceTarget, get_target
+from harness.stack.dispatch import footprint, registrations
 
 EPS = 1e-6
 #: what each op check's call dispatches (for the failure message)

@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.invariance import SWITCH_ENV
-from harness.upstream import UpstreamDrift, release, require, source_file
+from harness.invariance.target import SWITCH_ENV
+from harness.stack.upstream import UpstreamDrift, release, require, source_file
 
 #: verl's own PPO config (the one its hydra entry point composes)
 CONFIG_PACKAGE = "verl.trainer.config"

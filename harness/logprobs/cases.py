@@ -38,11 +38,11 @@ def pick_target(device_kind: str, npu_missing: str | None) -> InvarianceTarget:
 def build_source(source: str, enabled: bool, dtype: str, tgt: InvarianceTarget,
                  seed: int = 0) -> tuple[Any, set[str]]:
     """Child side: turn the switch the way users do, build the source on
-    ``harness.device()``; also the operators the switch overrode (its invariant set)."""
+    ``devices.device()``; also the operators the switch overrode (its invariant set)."""
     import torch
 
-    import harness
-    from harness.dispatch import footprint, registrations
+    from harness.stack import devices
+    from harness.stack.dispatch import footprint, registrations
 
     before = registrations()
     if source in ("tiny", "hf", "hf-left"):
@@ -51,11 +51,11 @@ def build_source(source: str, enabled: bool, dtype: str, tgt: InvarianceTarget,
             from harness.logprobs.tiny import TinyDecoder
 
             src: Any = TinyDecoder(seed=seed, dtype=getattr(torch, dtype),
-                                   device=harness.device())
+                                   device=devices.device())
         else:
             from harness.logprobs.hf_source import HfSource
 
-            src = HfSource(seed=seed, dtype=getattr(torch, dtype), device=harness.device(),
+            src = HfSource(seed=seed, dtype=getattr(torch, dtype), device=devices.device(),
                            padding="left" if source == "hf-left" else "right")
     elif source == "vllm":
         # vLLM reads the variable at engine start-up and runs its own init

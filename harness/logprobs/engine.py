@@ -262,7 +262,7 @@ def record_failing_pass(report: InvarianceReport, run: Any) -> None:
     """Run the first failing pass once more, counting the aten operators it dispatches."""
     if report.failing_pass_ops:
         return
-    from harness.dispatch import ops_run
+    from harness.stack.dispatch import ops_run
 
     _, ops = ops_run(run, floating_only=True)
     report.failing_pass_ops = dict(sorted(ops.items()))

@@ -27,7 +27,7 @@ PAD_ID = 0
 
 
 def unavailable() -> str | None:
-    from harness.devices import has_module
+    from harness.stack.devices import has_module
 
     return None if has_module("transformers") else (
         "transformers is not installed (bash ci/setup.sh --upstream installs it)")

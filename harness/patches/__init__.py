@@ -10,91 +10,24 @@ entry it installs (if any) and the environment that turns it on. The checks live
 ``harness.patches.fingerprint``. Built in: verl's GLM-5.2 patches
 (``harness.patches.verl_glm52``); third parties add theirs through the entry-point group
 ``npu_regress.patches`` (each entry point loads a ``DeclaredPatch`` or an iterable of them).
+
+Layer: a check family. May import the isolation core and the stack layer, never the pytest
+face (``harness.plugin``) or the report.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import inspect
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable
 
-ENTRY_POINT_GROUP = "npu_regress.patches"
-
-
-@dataclass(frozen=True)
-class Behaviour:
-    """A call table for one target: ``table`` (``module:function``) takes the candidate
-    function and returns ``{case: observation}`` from calls on stub collaborators; it runs
-    on the upstream original and on the replacement. ``intent`` names the cases where the
-    patch is meant to behave differently; any other difference fails."""
-
-    target: str
-    table: str
-    intent: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class DeclaredPatch:
-    """One run-time patch under test."""
-
-    name: str
-    #: ``module:function`` that applies the patch (called with no arguments)
-    apply: str
-    #: the upstream objects it may replace, ``module:Qual.name``
-    targets: tuple[str, ...]
-    #: the attribute it sets (true) on every replacement, so a second apply changes nothing
-    marker: str
-    #: where it installs the function a spawned engine process starts with (``module:Qual``)
-    spawn_entry: str | None = None
-    #: the environment that turns the patch on
-    env: Mapping[str, str] = field(default_factory=dict)
-    #: packages whose ``__init__`` is skipped to import ``apply``'s module (see
-    #: ``harness.upstream.import_upstream``)
-    skip_inits: tuple[str, ...] = ()
-    #: the targets need vllm-ascend: on a machine without an NPU, the CPU stand-in device
-    standin: bool = False
-    behaviours: tuple[Behaviour, ...] = ()
-    #: the upstream distributions a failure is a finding about (named in messages)
-    distributions: tuple[str, ...] = ()
-    #: where the fingerprint report reads a target whose object is chosen at run time
-    #: (``target -> module:Qual.name`` of the definition to fingerprint)
-    sources: Mapping[str, str] = field(default_factory=dict)
-
-    def releases(self) -> str:
-        from harness.upstream import release
-
-        return ", ".join(release(d) for d in self.distributions) or self.name
-
-
-def split(path: str) -> tuple[str, list[str]]:
-    """``"pkg.mod:Cls.attr"`` -> ``("pkg.mod", ["Cls", "attr"])``."""
-    module, sep, qualname = path.partition(":")
-    if not sep or not qualname:
-        raise ValueError(f"patch target {path!r}: write it as module:Qual.name")
-    return module, qualname.split(".")
-
-
-def resolve(path: str, *, raw: bool = False) -> Any:
-    """The object at ``path`` (imports its module). ``raw`` returns what the owner's
-    ``__dict__`` holds (a ``staticmethod`` object rather than its function)."""
-    import importlib
-
-    module, parts = split(path)
-    obj: Any = importlib.import_module(module)
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        obj = inspect.getattr_static(obj, part) if raw and last else getattr(obj, part)
-    return obj
-
-
-def install(path: str, value: Any) -> None:
-    """Put ``value`` at ``path`` (what a patch does)."""
-    module, parts = split(path)
-    owner = resolve(f"{module}:{'.'.join(parts[:-1])}") if len(parts) > 1 else \
-        __import__(module, fromlist=["_"])
-    setattr(owner, parts[-1], value)
+from harness.patches.declare import (  # noqa: F401 - the family's public names
+    ENTRY_POINT_GROUP,
+    Behaviour,
+    DeclaredPatch,
+    install,
+    resolve,
+    split,
+)
 
 
 def registry() -> dict[str, DeclaredPatch]:

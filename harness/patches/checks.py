@@ -27,9 +27,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from harness.patches import Behaviour, DeclaredPatch, install, resolve, split
+from harness.patches.declare import Behaviour, DeclaredPatch, install, resolve, split
 from harness.patches.fingerprint import KINDS, classify, fingerprints
-from harness.upstream import import_upstream
+from harness.stack.upstream import import_upstream
 
 #: how long a spawned engine-like process may take to import the stack and report
 SPAWN_TIMEOUT_S = 180.0
@@ -41,11 +41,11 @@ _variants = itertools.count()
 def prepare(patch: DeclaredPatch) -> Callable[[], Any]:
     """Set the patch's environment, bring in the stand-in device if it needs vllm-ascend on
     a machine without an NPU, import and return the apply function."""
-    import harness
+    from harness.stack import devices
 
     os.environ.update(patch.env)
-    if patch.standin and harness.device_kind() != "npu":
-        from harness import standin
+    if patch.standin and devices.device_kind() != "npu":
+        from harness.invariance import standin
 
         standin.stand_in_native_names()
     import_upstream(split(patch.apply)[0], skip_inits=patch.skip_inits)

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.patches import DeclaredPatch, split
-from harness.upstream import source_file
+from harness.patches.declare import DeclaredPatch, split
+from harness.stack.upstream import source_file
 
 KINDS = ("same", "whitespace", "comments", "meaning")
 

@@ -4,14 +4,14 @@ behaviour check.
 
 verl imports ``verl.utils.vllm`` (whose ``__init__`` needs vLLM's LoRA models module) only
 to reach ``npu_vllm_patch``; the checks import that module alone, as
-``harness.upstream.import_upstream`` does for the hardware conformance.
+``harness.stack.upstream.import_upstream`` does for the hardware conformance.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from harness.patches import Behaviour, DeclaredPatch
+from harness.patches.declare import Behaviour, DeclaredPatch
 
 APPLY_MODULE = "verl.utils.vllm.npu_vllm_patch"
 MARKER = "_verl_vllm_ascend_glm52_patched"

@@ -143,7 +143,7 @@ class Comparison:
         }
 
     def post_result_crashes(self) -> list[dict[str, Any]]:
-        """Checks whose child wrote a result and then died (harness.isolation): each is a
+        """Checks whose child wrote a result and then died (harness.isolation.run): each is a
         failure already; listed apart because a teardown crash reads like a pass elsewhere."""
         return [{"test": test, "runner": runner, "summary": str(child.get("summary"))}
                 for runner, run in sorted(self.runs.items())
@@ -297,7 +297,7 @@ def _streak_start(past: Past | None, letters: str, date: str, same: frozenset[st
 def _bisect_hint(cell: Cell, past: Past, letters: str, run: RunResults) -> None:
     """What changed in the runner's stack between the last night the test passed and
     tonight: the first question at 3 a.m."""
-    from harness.manifest import differences
+    from harness.report.manifest import differences
 
     for night, letter in zip(reversed(past.nights), reversed(letters), strict=True):
         if letter in PASSING_LETTERS:

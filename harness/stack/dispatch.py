@@ -63,7 +63,7 @@ def count_events(*patterns: str) -> Iterator[dict[str, int]]:
     once the block exits (an empty dict means: not one matching event ran)."""
     if not patterns:
         raise ValueError("count_events needs at least one event name or 'namespace::' prefix")
-    from harness import device_kind
+    from harness.stack.devices import device_kind
 
     kind = device_kind()
     counts: dict[str, int] = {}

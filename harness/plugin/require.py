@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from harness.devices import has_module
-from harness.results import skip_reason
+from harness.plugin.results import skip_reason
+from harness.stack.devices import has_module
 
 #: capability -> words that, in a skip reason, point to it
 CAPABILITIES: dict[str, tuple[str, ...]] = {

@@ -371,11 +371,11 @@ def ipc_support(versions: NpuVersions) -> Decision:
 def detect_in_child(timeout: float = 120.0) -> NpuVersions:
     """``get_npu_versions()`` without touching the NPU here: in this process when torch_npu
     is not installed, else in an isolated spawn child. Never raises."""
-    from harness.devices import has_module
+    from harness.stack.devices import has_module
 
     if not has_module("torch_npu"):
         return get_npu_versions()
-    from harness.isolation import isolate
+    from harness.isolation.run import isolate
 
     res = isolate(get_npu_versions, timeout=timeout, method="spawn")
     if res.outcome == "returned":
@@ -388,7 +388,7 @@ def detect_in_child(timeout: float = 120.0) -> NpuVersions:
                               f"{res.message}".strip())
 
 
-from harness.spoof import NpuSpoof  # noqa: E402 - re-exported: harness.hardware.NpuSpoof
+from harness.hardware.spoof import NpuSpoof  # noqa: E402 - re-exported: harness.hardware.NpuSpoof
 
 __all__ = [
     "AscendHardwareVersion", "Decision", "NpuSpoof", "NpuVersions", "get_npu_versions",

@@ -93,7 +93,7 @@ def require(module: types.ModuleType, distribution: str, symbols: Iterable[str])
 
 
 #: where ci/upstream.sh unpacks what is read, not imported (torch-npu's wheel files)
-UPSTREAM_DIR = Path(__file__).resolve().parent.parent / ".upstream"
+UPSTREAM_DIR = Path(__file__).resolve().parents[2] / ".upstream"
 
 
 def torch_npu_file(relative: str) -> tuple[Path, str] | None:

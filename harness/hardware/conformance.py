@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.devices import has_module
 from harness.hardware import AscendHardwareVersion, NpuSpoof
-from harness.upstream import (
+from harness.stack.devices import has_module
+from harness.stack.upstream import (
     UpstreamDrift,
     import_upstream,
     release,

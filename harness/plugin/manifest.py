@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from harness.report.manifest import differences, shown  # noqa: F401 - one format
+
 #: manifest key -> distribution name
 PACKAGES = {
     "npu-regress": "npu-regress", "torch": "torch", "torch_npu": "torch-npu",
@@ -131,7 +133,7 @@ def hardware_entries(npu: Any) -> Manifest:
 def collect(npu: Any = None, timeout: float = 60.0) -> Manifest:
     """The whole manifest: packages read in an isolated child, then the NPU entries. Never
     raises: a child that fails leaves one entry saying so."""
-    from harness.isolation import isolate
+    from harness.isolation.run import isolate
 
     res = isolate(read_packages, timeout=timeout, method="spawn")
     if res.outcome == "returned":
@@ -141,25 +143,3 @@ def collect(npu: Any = None, timeout: float = 60.0) -> Manifest:
                                 "source": f"the manifest child failed: {res.summary()}"}}
     entries.update(hardware_entries(npu))
     return entries
-
-
-def differences(then: Manifest | None, now: Manifest | None) -> list[dict[str, Any]]:
-    """Entries whose version or revision differ: ``[{"name", "then", "now"}]``."""
-    if not isinstance(then, dict) or not isinstance(now, dict):
-        return []
-    out = []
-    for name in sorted(set(then) | set(now)):
-        a, b = shown(then.get(name)), shown(now.get(name))
-        if a != b:
-            out.append({"name": name, "then": a, "now": b})
-    return out
-
-
-def shown(entry: Any) -> str:
-    if not isinstance(entry, dict):
-        return "absent"
-    version = entry.get("version")
-    text = "not installed" if version is None else str(version)
-    if entry.get("revision"):
-        text += f" @ {str(entry['revision'])[:12]}"
-    return text

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.child import _pack
+from harness.isolation.child import _pack
 
 #: fixtures the child builds for itself (the parent's are bound to the parent's process)
 CHILD_BUILT = ("capsys", "capsysbinary", "capfd", "capfdbinary", "caplog", "recwarn",
@@ -52,7 +52,7 @@ _report: dict[str, Any] | None = None
 @contextlib.contextmanager
 def collect() -> Iterator[dict[str, Any]]:
     """Child-side context around the test: what ``TestCall`` records comes back in the
-    result's extras (``harness.child.execute``), even when the test raises."""
+    result's extras (``harness.isolation.child.execute``), even when the test raises."""
     global _report
     _report = {}
     try:

@@ -71,7 +71,7 @@ class NpuSpoof:
             return value
 
         mod = types.ModuleType("torch_npu")
-        mod.__doc__ = "fake torch_npu installed by harness.spoof.NpuSpoof"
+        mod.__doc__ = "fake torch_npu installed by harness.hardware.spoof.NpuSpoof"
         npu = types.ModuleType("torch_npu.npu")
         npu.device_count = lambda: 1  # type: ignore[attr-defined]
         npu.is_initialized = lambda: False  # type: ignore[attr-defined]

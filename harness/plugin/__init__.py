@@ -1,7 +1,7 @@
 """The pytest plugin: options, markers, the ``run_on_npu`` fixture and the report header.
 
 Registered through the ``pytest11`` entry point ``npu_regress``: installing npu-regress is
-enough. Data flows one way: a test calls ``run_on_npu`` -> ``harness.isolation.isolate`` ->
+enough. Data flows one way: a test calls ``run_on_npu`` -> ``harness.isolation.run.isolate`` ->
 child -> ``IsolatedResult`` -> report sections and properties on the test's report.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import signal
 import threading
@@ -22,8 +21,23 @@ from typing import Any
 
 import pytest
 
-from harness import DEVICE_ENV, manifest, reaper, require
-from harness.devices import (
+from harness.hardware import AscendHardwareVersion, NpuVersions, detect_in_child, parse_version
+from harness.hardware.spoof import NpuSpoof
+from harness.isolation import reaper
+from harness.isolation.result import IsolatedResult
+from harness.isolation.run import Launcher, child_contexts, isolate, resolve_launcher
+from harness.isolation.server import (
+    DEFAULT_PRELOAD,
+    ForkServerLauncher,
+    ForkServerUnavailable,
+    ReplacingForkServer,
+)
+from harness.plugin import manifest, require
+from harness.plugin.attach import RESULTS_KEY, attach_result
+from harness.plugin.results import ResultsInUse, ResultsWriter, child_record
+from harness.plugin.whole_test import HarnessHookspecs, WholeTestIsolation
+from harness.stack.devices import (
+    DEVICE_ENV,
     KINDS,
     DeviceError,
     DeviceInfo,
@@ -31,18 +45,6 @@ from harness.devices import (
     pinning_env,
     thread_budget_env,
 )
-from harness.forkserver import (
-    DEFAULT_PRELOAD,
-    ForkServerLauncher,
-    ForkServerUnavailable,
-    ReplacingForkServer,
-)
-from harness.hardware import AscendHardwareVersion, NpuVersions, detect_in_child, parse_version
-from harness.isolation import Launcher, child_contexts, isolate, resolve_launcher
-from harness.result import IsolatedResult
-from harness.results import ResultsInUse, ResultsWriter, child_record
-from harness.spoof import NpuSpoof
-from harness.whole_test import HarnessHookspecs, WholeTestIsolation
 
 DEFAULT_TIMEOUT_S = 180.0
 ISOLATION_CHOICES = ("auto", "spawn", "forkserver")
@@ -59,7 +61,7 @@ class HarnessSession:
     method: str = "auto"
     preload: tuple[str, ...] = DEFAULT_PRELOAD
     worker_id: str | None = None
-    #: the stack manifest (``harness.manifest``), read at session start where reported
+    #: the stack manifest (``harness.plugin.manifest``), read at session start where reported
     manifest: dict[str, Any] | None = None
     #: the signal that ended the session early ("SIGTERM"), or None
     terminated: str | None = None
@@ -115,8 +117,6 @@ class HarnessWarning(pytest.PytestWarning):
 
 
 SESSION_KEY = pytest.StashKey[HarnessSession]()
-#: every IsolatedResult a test produced, in order (for the report layer)
-RESULTS_KEY = pytest.StashKey[list[IsolatedResult]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -487,21 +487,6 @@ def invariance_target(request: pytest.FixtureRequest, bi_target: str) -> Any:
     if reason:
         pytest.skip(f"batch-invariance target {bi_target}: {reason}")
     return target
-
-
-def attach_result(item: pytest.Item, res: IsolatedResult) -> None:
-    """Put a child's output and ending on the test's report (sections and properties)."""
-    results = item.stash.setdefault(RESULTS_KEY, [])
-    results.append(res)
-    label = f"isolated child #{len(results)} (pid {res.pid}, {res.method})"
-    for name, text in (("stdout", res.stdout), ("stderr", res.stderr)):
-        if text:
-            item.add_report_section("call", f"{label} {name}", text)
-    item.user_properties.append(("isolation", res.summary()))
-    for note in res.notes:
-        item.user_properties.append(("isolation_note", note))
-    if res.events_counted:
-        item.user_properties.append(("dispatch_events", json.dumps(res.events, sort_keys=True)))
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ from typing import IO, Any
 
 import pytest
 
-from harness.result import tail_text
-from harness.upstream import version
+from harness.isolation.result import tail_text
+from harness.stack.upstream import version
 
 SCHEMA = 1
 RUNNER_ENV = "HARNESS_RUNNER"

@@ -13,7 +13,7 @@ The forkserver is a fresh interpreter (spawned, so the pytest process's state ne
 it) that imports the preload list and then verifies that no accelerator was initialised
 (a fork after CUDA or NPU init breaks the child). Each request forks one child, which
 becomes a session leader, takes the request's environment, cwd and output files, and runs
-exactly the same ``harness.child.main`` as a spawned child. The server reports the child's
+exactly the same ``harness.isolation.child.main`` as a spawned child. The server reports the child's
 pid, then its exit status, over the request's connection; it is single-threaded (SIGCHLD
 wakes its select loop), so no other thread's locks are ever inherited by a child.
 
@@ -38,13 +38,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import workdirs
+from harness.isolation import workdirs
 
 DEFAULT_PRELOAD = ("torch", "pytest", "harness")
 START_TIMEOUT_S = 180.0
 
 #: the folder holding the harness package, put on a fresh child's path before it imports us
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class ForkServerUnavailable(RuntimeError):
@@ -75,7 +75,7 @@ def accelerator_state() -> str | None:
 
 def _child_after_fork(req: dict[str, Any]) -> None:
     """In the forked child (``_spare``, detached from the server): take the request's
-    session, cwd, environment and output files, then run harness.child.main."""
+    session, cwd, environment and output files, then run harness.isolation.child.main."""
     try:
         os.setsid()
         os.chdir(req["cwd"])
@@ -88,11 +88,11 @@ def _child_after_fork(req: dict[str, Any]) -> None:
         for src, dst in ((null, 0), (out, 1), (err, 2)):
             os.dup2(src, dst)
             os.close(src)
-        from harness.child import main
+        from harness.isolation.child import main
 
         main(req["workdir"])  # ends with os._exit(0)
     except OSError as exc:  # its output files cannot be made: a full or read-only disk
-        from harness.child import exit_for_disk_error
+        from harness.isolation.child import exit_for_disk_error
 
         exit_for_disk_error(exc)
     except SystemExit as exc:  # sys.exit() in fn: exit with its code, as a spawned child would
@@ -116,7 +116,7 @@ def _spare(read_fd: int, closing: list[Any]) -> None:
         for obj in closing:
             with contextlib.suppress(OSError):
                 obj.close() if hasattr(obj, "close") else os.close(obj)
-        from harness.child import _die_with_parent
+        from harness.isolation.child import _die_with_parent
 
         _die_with_parent()
         data = b""
@@ -142,7 +142,7 @@ def serve(sock_path: str, preload: list[str]) -> None:
     """Entry point of the server process; prints one JSON handshake line on stdout."""
     import importlib
 
-    from harness.child import become_subreaper, end_descendants
+    from harness.isolation.child import become_subreaper, end_descendants
 
     # No PR_SET_PDEATHSIG here: it would kill us before we end our descendants (and it
     # fires when the *thread* that started us exits). Our parent's death reaches us as EOF
@@ -334,7 +334,7 @@ class ForkServerLauncher:
         package_root = PACKAGE_ROOT
         code = (
             f"import sys; sys.path.insert(0, {package_root!r}); "
-            "from harness.forkserver import serve; "
+            "from harness.isolation.server import serve; "
             f"serve({self.sock_path!r}, {list(self.preload)!r})"
         )
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -518,7 +518,8 @@ class _PopenHandle:
 def spawn_argv(workdir: Path) -> list[str]:
     """The command line of a spawned child for ``workdir``."""
     return [sys.executable, "-c", (f"import sys; sys.path.insert(0, {PACKAGE_ROOT!r}); "
-                                   f"from harness.child import main; main({str(workdir)!r})")]
+                                   "from harness.isolation.child import main; "
+                                   f"main({str(workdir)!r})")]
 
 
 class SpawnLauncher:

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
+from typing import Any
 
 KINDS = ("npu", "cuda", "cpu")
 #: visible-devices variable per accelerator kind
@@ -209,3 +210,24 @@ def thread_budget_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, s
     if environ.get("OMP_NUM_THREADS"):
         threads = environ["OMP_NUM_THREADS"]
     return {THREADS_ENV: threads, "OMP_NUM_THREADS": threads}
+
+
+#: environment variable through which the plugin tells a child its device kind
+DEVICE_ENV = "HARNESS_DEVICE"
+
+
+def device() -> Any:
+    """The ``torch.device`` this child was given by the session (``--device``); CPU outside one.
+
+    Accelerators are pinned per xdist worker through the visible-devices variable, so the
+    child always uses index 0 of what it can see.
+    """
+    import torch
+
+    kind = device_kind()
+    return torch.device("cpu") if kind == "cpu" else torch.device(kind, 0)
+
+
+def device_kind() -> str:
+    """``npu``, ``cuda`` or ``cpu``: the kind the session gave this child."""
+    return os.environ.get(DEVICE_ENV, "cpu")

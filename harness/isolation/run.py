@@ -2,8 +2,8 @@
 
 Layers, parent side: ``run_isolated`` (public, raises like the child did) -> ``isolate``
 (never raises for a child's outcome; returns an ``IsolatedResult``) -> a launcher
-(``spawn`` here; the forkserver launcher lives in ``harness.forkserver``) -> the child
-(``harness.child``) -> ``harness.reaper`` to end whatever the child left behind.
+(``spawn`` here; the forkserver launcher lives in ``harness.isolation.server``) -> the child
+(``harness.isolation.child``) -> ``harness.isolation.reaper`` to end whatever the child left behind.
 
 stdout and stderr go to files, not pipes: a child can print gigabytes without ever blocking
 on a full pipe, and we read back only the last ``OUTPUT_LIMIT`` bytes of each.
@@ -34,19 +34,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 import cloudpickle
 import psutil
 
-from harness import reaper, workdirs
-from harness.child import DISK_EXITS, STACK_SIGNAL
-from harness.forkserver import (  # noqa: F401 - SpawnLauncher, PACKAGE_ROOT: re-exported
+from harness.isolation import reaper, workdirs
+from harness.isolation.child import DISK_EXITS, STACK_SIGNAL
+from harness.isolation.result import IsolatedResult
+from harness.isolation.server import (  # noqa: F401 - SpawnLauncher, PACKAGE_ROOT: re-exported
     PACKAGE_ROOT,
     ForkServerUnavailable,
     SpawnLauncher,
     _PopenHandle,
     get_forkserver_launcher,
 )
-from harness.result import IsolatedResult
 
 if TYPE_CHECKING:
-    from harness.spoof import NpuSpoof
+    from harness.hardware.spoof import NpuSpoof
 
 #: bytes of each of stdout / stderr kept from the end of the child's output
 OUTPUT_LIMIT = 1 << 20
@@ -397,7 +397,7 @@ def run_isolated(
     """Run ``fn(*args, **kwargs)`` once in a fresh process and return its ``IsolatedResult``.
 
     ``events``: profiler event names or ``ns::`` prefixes to count while fn runs; the counts
-    come back in ``result.events`` (``harness.dispatch``). ``spoof``: a
+    come back in ``result.events`` (``harness.stack.dispatch``). ``spoof``: a
     ``harness.hardware.NpuSpoof`` installed in the child only. ``timeout``, ``env``,
     ``method``, ``events`` and ``spoof`` are the harness's own keywords, never passed to fn.
 
@@ -424,6 +424,6 @@ def child_contexts(events: Sequence[str] | None = None,
 
 
 def _count_events(patterns: tuple[str, ...]) -> Any:
-    from harness.dispatch import count_events
+    from harness.stack.dispatch import count_events
 
     return count_events(*patterns)

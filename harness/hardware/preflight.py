@@ -15,7 +15,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from harness.upstream import package_dirs
+from harness.stack.upstream import package_dirs
 
 OPS_NAMESPACE = "batch_invariant_ops"
 _OP_USE = re.compile(r"torch\.ops\.batch_invariant_ops\.([A-Za-z_][A-Za-z0-9_]*)")
@@ -121,7 +121,7 @@ def stated_cann(release: str, matrix: Path | None = None) -> tuple[str, str] | N
         if key in rows:
             return rows[key], str(matrix)
     if key in STATED_CANN:
-        return STATED_CANN[key], "harness.preflight.STATED_CANN (vllm-ascend's matrix)"
+        return STATED_CANN[key], "harness.hardware.preflight.STATED_CANN (vllm-ascend's matrix)"
     return None
 
 

@@ -1,6 +1,6 @@
 """The child side of isolation: run one shipped callable once and write back how it ended.
 
-The parent (``harness.isolation``) prepares a work directory:
+The parent (``harness.isolation.run``) prepares a work directory:
 
 - ``meta.json``: the parent's ``sys.path`` and a one-time token;
 - ``payload.pkl``: the callable, its arguments and child-side contexts, cloudpickled.
@@ -29,14 +29,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-_HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+#: the harness package's folder (this file is in harness/isolation/)
+_HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 #: exit codes of a child that could not write its work folder, by errno: the folder is on
 #: a full (or read-only) filesystem, so no message can be written there; the parent names
-#: the cause, the path and the free space (``harness.isolation``)
+#: the cause, the path and the free space (``harness.isolation.run``)
 DISK_EXITS = {errno.ENOSPC: 201, errno.EDQUOT: 202, errno.EROFS: 203}
 
-#: SIGUSR1 asks the child for its stacks (parent side: ``harness.isolation``).
+#: SIGUSR1 asks the child for its stacks (parent side: ``harness.isolation.run``).
 STACK_SIGNAL = signal.SIGUSR1
 _PR_SET_PDEATHSIG = 1
 

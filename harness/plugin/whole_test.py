@@ -4,7 +4,7 @@ for pytest-forked.
 Isolated tests: the call phase runs in a fresh process through the same machinery as
 ``run_on_npu``, with the same outcomes. The child imports the test module by name and runs
 the test as collected, under the parent's warning filters, with capture fixtures of its
-own (``harness.whole_test_child``). Fixtures are set up and torn down in the pytest process;
+own (``harness.plugin.whole_test_child``). Fixtures are set up and torn down in the pytest process;
 their values travel to the child, so they must pickle (one line names the one that does
 not), and come back after the test for teardown when they pickle again. Changes a fixture
 makes to the pytest process's environment variables reach the child; patches of Python
@@ -16,7 +16,7 @@ breaks (crash, hang, or a silent wrong result) once CUDA or an NPU is initialise
 Before each forked test the plugin asks ``pytest_harness_accelerator_state``; if the answer
 is a reason, the test is not forked: it fails with that reason and points to
 ``--isolate-all``. Likewise when pytest-forked itself cannot work in this pytest
-(``harness.forked_probe``, one fork per session): the message names the versions and the
+(``harness.plugin.forked_probe``, one fork per session): the message names the versions and the
 ways out instead of pytest-forked's "EXITED with status 3".
 """
 
@@ -28,9 +28,10 @@ from typing import Any
 
 import pytest
 
-from harness import forked_probe, whole_test_child
-from harness.forkserver import accelerator_state
-from harness.isolation import dumps, isolate
+from harness.isolation.run import dumps, isolate
+from harness.isolation.server import accelerator_state
+from harness.plugin import forked_probe, whole_test_child
+from harness.plugin.attach import attach_result
 
 #: fixtures bound to the pytest process itself: an isolated test cannot use them
 IN_PROCESS_ONLY = ("request", "pytestconfig", "pytester", "testdir", "cache",
@@ -162,8 +163,6 @@ class WholeTestIsolation:
     def _run(self, item: pytest.Function, marker: pytest.Mark | None,
              unittest: bool = False) -> None:
         __tracebackhide__ = True
-        from harness.plugin import attach_result
-
         opts = dict(marker.kwargs) if marker else {}
         timeout_marker = item.get_closest_marker("isolation_timeout")
         timeout = opts.get("timeout") or (float(timeout_marker.args[0]) if timeout_marker

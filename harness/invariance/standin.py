@@ -189,14 +189,14 @@ def _install_ops() -> tuple[types.ModuleType, types.ModuleType]:
                      "Tensor key, Tensor value) -> (Tensor, Tensor)", attention_bi)
 
     torch_npu = types.ModuleType("torch_npu")
-    torch_npu.__doc__ = "harness.standin: torch_npu's native ops on a CPU-backed NPU"
+    torch_npu.__doc__ = "harness.invariance.standin: torch_npu's native ops on a CPU-backed NPU"
     torch_npu.npu = torch.npu  # type: ignore[attr-defined]
     torch_npu.npu_rms_norm = torch.ops.npu.npu_rms_norm  # type: ignore[attr-defined]
     torch_npu.npu_add_rms_norm = torch.ops.npu.npu_add_rms_norm  # type: ignore[attr-defined]
     torch_npu.npu_fused_infer_attention_score = (  # type: ignore[attr-defined]
         torch.ops.npu.npu_fused_infer_attention_score)
     bio = types.ModuleType("batch_invariant_ops")
-    bio.__doc__ = "harness.standin: the AscendC batch-invariant ops on a CPU-backed NPU"
+    bio.__doc__ = "harness.invariance.standin: the AscendC batch-invariant ops on a CPU-backed NPU"
     return torch_npu, bio
 
 

@@ -1,0 +1,128 @@
+"""The batch-invariance target interface (``InvarianceTarget``), the checks it names and
+what it expects of each (``Expect``): what every adapter implements. The registry of
+targets is ``harness.invariance``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.stack.devices import has_module  # noqa: F401 - re-exported for the adapters
+from harness.stack.dispatch import BATCH_INVARIANT_PREFIX, select_counts
+
+ENTRY_POINT_GROUP = "npu_regress.invariance_targets"
+SWITCH_ENV = "VLLM_BATCH_INVARIANT"
+#: the seven checks of the existing Ascend switch test (facts file, section 1)
+CHECKS = ("switch", "mm", "matmul", "torch_sum", "tensor_sum", "add_rms_norm",
+          "fused_infer_attention_score")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """One expectation on event counts: the total over events matching ``pattern`` (a name,
+    or a ``ns::`` prefix) must be > 0 (``ran=True``) or exactly 0 (``ran=False``)."""
+
+    pattern: str
+    ran: bool
+
+    def check(self, counts: dict[str, int]) -> str | None:
+        """None if met; else a sentence for the failure message."""
+        seen = select_counts(counts, [self.pattern])
+        total = sum(seen.values())
+        if self.ran and total == 0:
+            return f"expected {self.pattern} to run, but it ran 0 times"
+        if not self.ran and total:
+            return f"expected no {self.pattern} event, but saw {seen}"
+        return None
+
+
+def no_invariant_events() -> list[Expect]:
+    """The 'off' rule for every target: not one batch_invariant_ops:: event."""
+    return [Expect(BATCH_INVARIANT_PREFIX, ran=False)]
+
+
+class InvarianceTarget:
+    """Base class; parent-side methods must not import device stacks or touch a device."""
+
+    name: str = "?"
+    #: device kinds the target runs on
+    devices: tuple[str, ...] = ()
+    #: the upstream distribution under test ("" for our own reference ops)
+    distribution: str = ""
+
+    # --- parent side ---
+    def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
+        """Why this target cannot run in this session (the skip reason), or None."""
+        raise NotImplementedError
+
+    def release(self) -> str:
+        """What is under test, as ``name version`` (failure messages name the release)."""
+        from harness.stack.upstream import release
+
+        return release(self.distribution) if self.distribution else self.name
+
+    def not_applicable(self, check: str) -> str | None:
+        """Why ``check`` does not apply to this target (the skip reason), or None."""
+        return None
+
+    def expectations(self, check: str, enabled: bool) -> list[Expect]:
+        """What the counted events must show for ``check``; 'off' always forbids invariant ops."""
+        return [] if enabled else no_invariant_events()
+
+    def event_patterns(self) -> list[str]:
+        """Event names/prefixes to count in the child (all that any expectation needs)."""
+        pats = {BATCH_INVARIANT_PREFIX}
+        for check in CHECKS:
+            for enabled in (True, False):
+                pats.update(e.pattern for e in self.expectations(check, enabled))
+        return sorted(pats)
+
+    # --- child side ---
+    def device(self) -> Any:
+        """The ``torch.device`` the case's tensors go to: the session's, unless the target
+        brings its own stand-in (vllm_ascend on a machine without an NPU)."""
+        from harness.stack import devices
+
+        return devices.device()
+
+    def load(self) -> None:
+        """Import what the switch needs without turning anything on. The dispatcher is
+        compared from here to after ``set_switch``: import-time definitions (an op library's
+        own namespace) are not the switch's footprint."""
+
+    def switch_env(self, enabled: bool) -> dict[str, str]:
+        """The environment the case's child starts with: the switch variable, unless the
+        target's own code must be what sets it (verl)."""
+        return switch_env(enabled)
+
+    def set_switch(self, enabled: bool) -> None:
+        """Set the switch the way users do, then run the stack's init (which must honour it)."""
+        raise NotImplementedError
+
+    def evidence(self) -> dict[str, Any]:
+        """Target-specific facts the child reports after ``set_switch`` (picklable)."""
+        return {}
+
+    def judge_evidence(self, got: dict[str, Any], enabled: bool) -> list[str]:
+        """Parent side: what is wrong with ``evidence()`` (sentences; empty: nothing)."""
+        return []
+
+    def is_enabled(self) -> bool:
+        raise NotImplementedError
+
+    def reduce_sum(self) -> Any:
+        """The function ``torch.sum`` must be when the switch is on."""
+        raise NotImplementedError
+
+    def add_rms_norm(self) -> Callable[..., Any]:
+        """The currently bound add_rms_norm entry point (x, residual, weight, eps)."""
+        raise NotImplementedError
+
+    def attention_binding(self) -> tuple[Any, tuple[Any, ...]]:
+        """(the bound fused-attention entry point, the objects it must be when on)."""
+        raise NotImplementedError
+
+
+def switch_env(enabled: bool) -> dict[str, str]:
+    return {SWITCH_ENV: "1" if enabled else "0"}

@@ -1,0 +1,201 @@
+"""The package's layers, read from its imports with ``ast`` (every import, lazy ones inside
+functions included; ``if TYPE_CHECKING:`` blocks left out, they never run):
+
+    harness (the public API, ``__main__``, ``cli``) -> plugin (the pytest face)
+    -> invariance, logprobs, hardware, patches (the check families)
+    -> isolation (the core) -> stack (devices, upstream, dispatch)
+
+Imports go down or stay in a layer, never up; ``report`` reads files only and imports no
+other part of the harness (only the top and the pytest face may use it); and no module
+imports itself back through any chain (no circle)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "harness"
+#: package -> rank: lower ranks may import higher ones, never the reverse
+RANKS = {"": 0, "plugin": 1, "invariance": 2, "logprobs": 2, "hardware": 2, "patches": 2,
+         "isolation": 3, "stack": 4}
+REPORT = "report"
+#: top-level modules besides the layer packages
+TOP_MODULES = {"__init__.py", "__main__.py", "cli.py"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The harness module an import names (its longest known prefix)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(inner) for child in node.body for inner in ast.walk(child))
+    return skipped
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """Every harness module ``path`` imports (``from pkg import sub`` is the submodule)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = _type_checking_nodes(tree)
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                     for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name == "harness" or name.startswith("harness."):
+                target = _resolve(name, known)
+                if target and target != here:
+                    found.add(target)
+    return found
+
+
+def layer(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in RANKS | {REPORT: 0}
+                                           ) else ""
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(path, known) for name, path in known.items()}
+
+
+def problems(edges: dict[str, set[str]]) -> list[str]:
+    """Upward imports and report imports, each naming both files."""
+    known = modules()
+    found = []
+    for source, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            a, b = layer(source), layer(target)
+            where = f"{known[source].relative_to(ROOT)} imports {known[target].relative_to(ROOT)}"
+            if a == REPORT and b != REPORT:
+                found.append(f"{where}: the report reads files only")
+            elif b == REPORT and a not in ("", "plugin", REPORT):
+                found.append(f"{where}: only the top and the pytest face use the report")
+            elif a != REPORT and b != REPORT and RANKS[a] > RANKS[b]:
+                found.append(f"{where}: an upward import ({a or 'harness'} is below "
+                             f"{b or 'harness'})")
+    return found
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Each import circle once, as the chain of modules."""
+    found: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                loop = stack[stack.index(nxt):] + [nxt]
+                if frozenset(loop) not in seen:
+                    seen.add(frozenset(loop))
+                    found.append(loop)
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [])
+    return found
+
+
+def test_imports_go_one_way() -> None:
+    assert problems(graph()) == []
+
+
+def test_there_is_no_import_circle() -> None:
+    assert circles(graph()) == []
+
+
+def test_the_top_level_holds_only_the_layer_packages_and_three_modules() -> None:
+    top = {p.name for p in PACKAGE.iterdir() if p.suffix == ".py"}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert top == TOP_MODULES
+    assert packages == set(RANKS) - {""} | {REPORT}
+    for package in packages:  # each says its job and what it may import
+        doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text()))
+        assert doc, f"harness/{package}/__init__.py has no docstring"
+
+
+def test_the_guard_names_an_upward_import_and_a_circle() -> None:
+    """Negative controls: a stack module that imports the plugin, and two modules that
+    import each other, are each named."""
+    edges = graph()
+    edges["harness.stack.devices"] = edges["harness.stack.devices"] | {"harness.plugin"}
+    assert problems(edges) == ["harness/stack/devices.py imports harness/plugin/__init__.py: "
+                               "an upward import (stack is below plugin)"]
+    edges = graph()
+    edges["harness.isolation.reaper"] = edges["harness.isolation.reaper"] | {
+        "harness.isolation.run"}
+    assert ["harness.isolation.reaper", "harness.isolation.run", "harness.isolation.reaper"] \
+        in [loop[-3:] for loop in circles(edges)] or any(
+        set(loop) >= {"harness.isolation.reaper", "harness.isolation.run"}
+        for loop in circles(edges))
+    edges = graph()
+    edges["harness.report.load"] = edges["harness.report.load"] | {"harness.stack.upstream"}
+    assert problems(edges) == ["harness/report/load.py imports harness/stack/upstream.py: "
+                               "the report reads files only"]
+
+
+# --- the public contract, imported from where the README and the issues put it ---------
+
+PUBLIC = [
+    ("harness", "run_isolated"), ("harness", "count_events"), ("harness", "IsolatedResult"),
+    ("harness", "IsolationError"), ("harness", "ChildError"), ("harness", "ChildCrashed"),
+    ("harness", "ChildTimeout"), ("harness", "device"), ("harness", "device_kind"),
+    ("harness.isolation.run", "isolate"), ("harness.plugin", "SESSION_KEY"),
+    ("harness.plugin", "run_on_npu"), ("harness.plugin", "npu_versions"),
+    ("harness.hardware", "NpuSpoof"), ("harness.hardware", "NpuVersions"),
+    ("harness.hardware", "AscendHardwareVersion"), ("harness.hardware", "get_npu_versions"),
+    ("harness.hardware", "ipc_support"), ("harness.hardware.conformance", "complete_spoof"),
+    ("harness.hardware.preflight", "STATED_CANN"),
+    ("harness.patches", "DeclaredPatch"), ("harness.patches", "Behaviour"),
+    ("harness.invariance", "InvarianceTarget"), ("harness.invariance", "get_target"),
+    ("harness.logprobs", "check_decode_matches_prefill"),
+    ("harness.logprobs", "check_repeatable"), ("harness.logprobs", "TinyDecoder"),
+    ("harness.invariance.standin", "stand_in_native_names"), ("harness.cli", "main"),
+]
+
+
+@pytest.mark.parametrize(("module", "name"), PUBLIC, ids=[f"{m}.{n}" for m, n in PUBLIC])
+def test_every_public_name_imports_from_where_it_is_documented(module: str, name: str) -> None:
+    import importlib
+
+    assert hasattr(importlib.import_module(module), name), f"{module}.{name}"
