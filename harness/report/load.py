@@ -406,7 +406,7 @@ def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = N
 #: bytes at the start of an unreadable line searched for its type, id and outcome (the
 #: harness writes those first)
 RECOVER_BYTES = 65536
-_TYPE_TEST = re.compile(rb'^\s*\{\s*"type"\s*:\s*"test"|"type"\s*:\s*"test"')
+_TYPE_TEST = re.compile(rb'"type"\s*:\s*"test"')
 _ID = re.compile(rb'"id"\s*:\s*"((?:[^"\\]|\\.){1,2000})"')
 _OUTCOME_RE = re.compile(rb'"outcome"\s*:\s*"(' + "|".join(OUTCOMES).encode() + rb')"')
 
