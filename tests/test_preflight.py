@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import preflight, run_isolated
+from harness import run_isolated
+from harness.hardware import preflight
 from harness.stack.devices import has_module
 
 #: these runs expect what a machine without an Ascend stack shows (a real torch_npu or
