@@ -134,3 +134,24 @@ def test_a_status_read_with_the_pid_is_not_lost() -> None:
         assert handle.wait(0) == 3
     finally:
         theirs.close()
+
+
+@pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
+def test_a_tmpdir_too_deep_for_a_unix_socket_path_still_serves(
+        pytester: pytest.Pytester, tmp_path: Path, isolation: str) -> None:
+    """The server's socket lives under TMPDIR; sockaddr_un holds 108 bytes. Before, a
+    deeper TMPDIR failed every check: "OSError: AF_UNIX path too long"."""
+    import os
+    import subprocess
+    import sys
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    pytester.makepyfile(test_deep="def test_one(run_on_npu):\n"
+                        "    assert run_on_npu(int, '7').value == 7\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "--isolation", isolation, "test_deep.py"], cwd=pytester.path,
+                          env={**os.environ, "TMPDIR": str(deep)}, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "AF_UNIX path too long" not in proc.stdout + proc.stderr

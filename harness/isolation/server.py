@@ -56,6 +56,25 @@ class ServerGone(OSError):
     replaces the server and starts the child on the new one."""
 
 
+#: longest socket path that fits in sockaddr_un (108 bytes with its NUL), with room to spare
+SOCKET_PATH_MAX = 100
+
+
+@contextlib.contextmanager
+def reachable(sock_path: str) -> Any:
+    """``sock_path``, or, where it is too long for a Unix socket (a deep TMPDIR: xdist and
+    pytester folders, CI work trees), the same file through a descriptor of its folder
+    (``/proc/self/fd/N/sock``): the socket stays in its private 0700 folder."""
+    if len(os.fsencode(sock_path)) <= SOCKET_PATH_MAX:
+        yield sock_path
+        return
+    folder = os.open(os.path.dirname(sock_path), os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{folder}/{os.path.basename(sock_path)}"
+    finally:
+        os.close(folder)
+
+
 # --- server side ------------------------------------------------------------------------
 
 def accelerator_state() -> str | None:
@@ -160,7 +179,8 @@ def serve(sock_path: str, preload: list[str]) -> None:
         print(json.dumps({"error": bad + "; forked children would break"}), flush=True)
         return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(sock_path)
+    with reachable(sock_path) as short:
+        listener.bind(short)
     listener.listen(64)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -403,7 +423,8 @@ class ForkServerLauncher:
         if argv is not None:
             req["argv"] = argv
         try:
-            conn.connect(self.sock_path)
+            with reachable(self.sock_path) as short:
+                conn.connect(short)
             conn.sendall(json.dumps(req).encode() + b"\n")
             line, rest = _readline(conn).split(b"\n", 1)
         except OSError as exc:
