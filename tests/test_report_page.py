@@ -141,13 +141,14 @@ PROBE = """(function () {
 })();"""
 
 
-def _probe(browser: str, page: Path, width: int, height: int) -> dict[str, object]:
-    """Load a copy of the page (plus the probe, allowed by its hash) in a frame of the given
+def _probe(browser: str, page: Path, width: int, height: int,
+           probe: str = PROBE) -> dict[str, object]:
+    """Load a copy of the page (plus ``probe``, allowed by its hash) in a frame of the given
     size, and read what the probe measured."""
     text = page.read_text()
-    digest = "'sha256-" + base64.b64encode(hashlib.sha256(PROBE.encode()).digest()).decode() + "'"
+    digest = "'sha256-" + base64.b64encode(hashlib.sha256(probe.encode()).digest()).decode() + "'"
     text = text.replace("script-src ", f"script-src {digest} ", 1)
-    text = text.replace("</body>", f"<script>{PROBE}</script></body>", 1)
+    text = text.replace("</body>", f"<script>{probe}</script></body>", 1)
     probed = page.with_name(f"probed-{width}.html")
     probed.write_text(text)
     outer = page.with_name(f"frame-{width}.html")
@@ -288,23 +289,7 @@ def test_an_incomplete_night_and_lost_lines_are_on_the_first_screen(
     browser = _chromium()
     page = _troubled_night(tmp_path)
     _screenshot(browser, page, width, height, f"nightly-troubled-{width}px.png")
-    text = page.read_text()
-    digest = "'sha256-" + base64.b64encode(
-        hashlib.sha256(ALERT_PROBE.encode()).digest()).decode() + "'"
-    probed = page.with_name(f"alerts-{width}.html")
-    probed.write_text(text.replace("script-src ", f"script-src {digest} ", 1)
-                      .replace("</body>", f"<script>{ALERT_PROBE}</script></body>", 1))
-    outer = page.with_name(f"alerts-frame-{width}.html")
-    outer.write_text(f'<!doctype html><body style="margin:0"><iframe src="{probed.name}" '
-                     f'style="width:{width}px;height:{height}px;border:0"></iframe></body>')
-    dom = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu",
-         "--allow-file-access-from-files", f"--window-size={width + 100},{height + 100}",
-         "--virtual-time-budget=5000", "--dump-dom", outer.as_uri()],
-        capture_output=True, text=True, timeout=120, check=False).stdout
-    found = re.search(r'data-probe="([^"]*)"', dom)
-    assert found, f"the probe did not run: {dom[:500]}"
-    facts = json.loads(html.unescape(found.group(1)))
+    facts = _probe(browser, page, width, height, ALERT_PROBE)
     alerts = " | ".join(facts["alerts"])
     assert "a2: interrupted after 2 of 5 tests: exitstatus 2; 3 collected tests never ran" \
         in alerts, facts

@@ -36,6 +36,8 @@ _HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 #: a full (or read-only) filesystem, so no message can be written there; the parent names
 #: the cause, the path and the free space (``harness.isolation.run``)
 DISK_EXITS = {errno.ENOSPC: 201, errno.EDQUOT: 202, errno.EROFS: 203}
+#: the errno each of those exit codes stands for
+DISK_ERRNO_OF_EXIT = {code: err for err, code in DISK_EXITS.items()}
 
 #: SIGUSR1 asks the child for its stacks (parent side: ``harness.isolation.run``).
 STACK_SIGNAL = signal.SIGUSR1

@@ -35,7 +35,7 @@ import cloudpickle
 import psutil
 
 from harness.isolation import reaper, workdirs
-from harness.isolation.child import DISK_EXITS, STACK_SIGNAL
+from harness.isolation.child import DISK_ERRNO_OF_EXIT, STACK_SIGNAL
 from harness.isolation.result import IsolatedResult
 from harness.isolation.server import (  # noqa: F401 - SpawnLauncher, PACKAGE_ROOT: re-exported
     PACKAGE_ROOT,
@@ -359,7 +359,7 @@ def isolate(
         elif res.outcome != "timeout" and not loaded:
             res.outcome = "crashed"
             res.stack = _read_tail(workdir / "crash.txt")
-            disk = {code: err for err, code in DISK_EXITS.items()}.get(rc or 0)
+            disk = DISK_ERRNO_OF_EXIT.get(rc or 0)
             if disk is not None:  # the child could not write its work folder
                 res.outcome = "error"
                 res.message = (f"the isolated child could not write its work folder: "
