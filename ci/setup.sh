@@ -4,8 +4,11 @@
 #   bash ci/setup.sh --test     also what the harness's own tests need (linters, Chromium)
 #   bash ci/setup.sh --latest   ignore ci/constraints.txt: the newest releases (the nightly
 #                               "latest" job, which shows what the next upgrade breaks)
-#   bash ci/setup.sh --upstream also the upstream releases of ci/upstream.txt (vLLM, verl,
-#                               vllm-ascend's Python sources), never replacing torch
+#   bash ci/setup.sh --upstream also the default stack profile (ci/profiles/default.toml:
+#                               vllm-ascend 0.23.0.post1's own pairing, vLLM 0.23.0, verl
+#                               0.9.1, vllm-ascend's Python sources), never replacing torch
+#   bash ci/setup.sh --profile NAME  another stack profile (ci/profiles/NAME.toml: verl,
+#                               forward); implies --upstream
 # Flags combine. By default every package is installed under ci/constraints.txt (made by
 # ci/lock.sh): a fresh machine gets exactly the versions the tests passed with.
 # torch: installed (2.13.0, a CPU wheel on plain machines) ONLY when none is importable;
@@ -14,15 +17,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-test=0 latest=0 upstream=0
-for arg in "$@"; do
-  case "$arg" in
+test=0 latest=0 upstream=0 profile=default
+while [ $# -gt 0 ]; do
+  case "$1" in
     --test) test=1 ;;
     --latest) latest=1 ;;
     --upstream) upstream=1 ;;
-    *) echo "ci/setup.sh: unknown option '$arg' (use --test, --latest, --upstream)" >&2; exit 2 ;;
+    --profile)
+      [ $# -ge 2 ] || { echo "ci/setup.sh: --profile needs a name ($(ls ci/profiles | sed 's/\.toml$//' | tr '\n' ' '))" >&2; exit 2; }
+      profile=$2; upstream=1; shift ;;
+    --profile=*) profile=${1#--profile=}; upstream=1 ;;
+    *) echo "ci/setup.sh: unknown option '$1' (use --test, --latest, --upstream, --profile NAME)" >&2; exit 2 ;;
   esac
+  shift
 done
+if [ "$upstream" = 1 ] && [ ! -f "ci/profiles/$profile.toml" ]; then
+  echo "ci/setup.sh: no stack profile '$profile' (ci/profiles/$profile.toml); known: $(ls ci/profiles | sed 's/\.toml$//' | tr '\n' ' ')" >&2
+  exit 2
+fi
 pins=(-c ci/constraints.txt)
 upgrade=()
 if [ "$latest" = 1 ]; then
@@ -44,7 +56,7 @@ spec="."
 [ ${#extras[@]} -gt 0 ] && spec=".[$(IFS=,; echo "${extras[*]}")]"
 "$PY" -m pip install -q "${pins[@]}" "${upgrade[@]}" -e "$spec"
 if [ "$upstream" = 1 ]; then
-  bash ci/upstream.sh "$PY"
+  bash ci/upstream.sh "$PY" "$profile"
 fi
 if [ "$test" = 1 ]; then
   # The report's browser test needs Chromium; without it that one test skips, naming why.

@@ -18,6 +18,21 @@ def stack() -> dict[str, dict[str, object]]:
     return read_packages()
 
 
+def test_the_stack_is_one_its_releases_pair(request: pytest.FixtureRequest,
+                                            record_property: object) -> None:
+    """vllm-ascend's compatibility matrix (vLLM, torch / torch_npu, triton-ascend) and the
+    stack pieces' own Requires-Dist: a runner with vllm-ascend 0.23.0.post1 on vLLM 0.33.0
+    fails here, and every failure of its night is filed "on an unsupported stack"."""
+    from harness.plugin import SESSION_KEY
+
+    pairing = request.config.stash[SESSION_KEY].stack.get("pairing") or {}
+    record_property("stack_pairing", pairing)  # type: ignore[operator]
+    if not pairing:
+        pytest.skip("no pairing verdict recorded for this session")
+    problems = pairing.get("problems", [])
+    assert not problems, "the stack is not one its releases pair:\n- " + "\n- ".join(problems)
+
+
 def test_torch_and_torch_npu_match(stack: dict[str, dict[str, object]]) -> None:
     npu = stack["torch_npu"]["version"]
     if npu is None:

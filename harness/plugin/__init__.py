@@ -65,6 +65,8 @@ class HarnessSession:
     manifest: dict[str, Any] | None = None
     #: the signal that ended the session early ("SIGTERM"), or None
     terminated: str | None = None
+    #: the active stack profile and the pairing verdict (``harness.plugin.verdicts``)
+    stack: dict[str, Any] = field(default_factory=dict)
     _launcher: Launcher | None = field(default=None, repr=False)
     _server: ReplacingForkServer | None = field(default=None, repr=False)
     _previous_sigterm: Any = field(default=None, repr=False)
@@ -272,7 +274,11 @@ def pytest_configure(config: pytest.Config) -> None:
         require.check(requirements, device.kind, npu)
         config.pluginmanager.register(require.RequiredCapabilities(requirements),
                                       "npu_regress_require")
+    from harness.plugin.verdicts import Verdicts, stack_facts
+
+    session.stack = stack_facts()
     config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(Verdicts(session.stack), "npu_regress_verdicts")
     _install_sigterm(session)
     if workerinput is not None:
         _end_with_controller()
@@ -418,6 +424,24 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [session.device.header() + isolation]
     if session.npu is not None:
         lines.append(f"npu-regress: ascend {session.npu.summary()}")
+    lines.extend(_stack_header(session.stack))
+    return lines
+
+
+def _stack_header(stack: dict[str, Any]) -> list[str]:
+    """The stack profile and the pairing verdict, above every result they qualify."""
+    profile = stack.get("profile")
+    pairing = stack.get("pairing") or {}
+    where = (f"stack profile {profile['name']} ({profile['kind']}): {profile['summary']}"
+             if profile else "stack: as installed (no stack profile recorded)")
+    lines = [f"npu-regress: {where}"]
+    if profile and profile["kind"] == "forward":
+        lines.append("npu-regress: forward profile: failures are forward-compatibility "
+                     "(they break with the next releases), never release findings")
+    for problem in pairing.get("problems", []):
+        lines.append(f"npu-regress: UNSUPPORTED STACK: {problem}")
+    for note in pairing.get("notes", []):
+        lines.append(f"npu-regress: stack note: {note}")
     return lines
 
 

@@ -183,6 +183,9 @@ class ResultsWriter:
             "hardware": session.npu.to_dict() if session.npu else None,
             "isolation": session.method, "args": list(config.invocation_params.args),
             "manifest": session.manifest,
+            # the stack profile and the pairing verdict: a report marks this runner's
+            # failures "on an unsupported stack" when the pairing failed
+            "stack": getattr(session, "stack", None) or None,
         })
 
     def test(self, report: pytest.TestReport, session: Any) -> None:
@@ -204,9 +207,10 @@ class ResultsWriter:
             "logprob_report": props.get("logprob_report"),
             "dispatcher_footprint": props.get("dispatcher_footprint"),
             "patch_guard": props.get("patch_guard"),
-            # a missing or renamed upstream symbol: its own category, not a plain failure
-            "category": "upstream-drift" if props.get("upstream_drift") else
-            "release-finding" if props.get("release_finding") else None,
+            # the cause before the verdict (harness.plugin.verdicts); else a missing or
+            # renamed upstream symbol, or a finding about the release
+            "category": _category(report, props),
+            "verdict": props.get("verdict"),
             "release_finding": props.get("release_finding"),
             "upstream_drift": props.get("upstream_drift"),
             "children": getattr(report, "harness_children", []),
@@ -241,6 +245,17 @@ def results_line(record: dict[str, Any]) -> str:
         tail = json.dumps(rest, default=str, sort_keys=True)
         line = line[:-1] + ", " + tail[1:] if first else tail
     return line + "\n"
+
+
+def _category(report: pytest.TestReport, props: dict[str, Any]) -> str | None:
+    verdict = props.get("verdict")
+    if isinstance(verdict, dict) and verdict.get("category"):
+        return str(verdict["category"])
+    if not report.failed:
+        return None
+    if props.get("upstream_drift"):
+        return "upstream-drift"
+    return "release-finding" if props.get("release_finding") else None
 
 
 def _json_or_none(value: Any) -> Any:

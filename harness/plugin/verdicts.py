@@ -1,0 +1,235 @@
+"""Cause before verdict: what a failing (or ledger-listed) case is filed as.
+
+A failure is a **release finding** only when the stack passed the preflight's pairing, the
+harness's own install is complete, and the failure is the released code doing what the
+check tests. Otherwise it is filed by its cause: ``harness`` (a module the stack profile
+should have installed, a build-time file, an exception raised in the harness's own code),
+``stand-in-limit`` (raised by the CPU stand-in's objects), ``unsupported-stack`` (the
+runner's stack is not one its releases pair), ``forward-compat`` (the ``forward`` profile:
+the next releases). Known findings are a ledger (``known_findings.toml``): on an affected
+release their cases are strict expected failures ("known-finding"), a case that passes is
+"fixed-upstream: remove from the ledger", and a failure that is not the ledger's text
+stays a failure.
+
+The category travels in ``user_properties`` (``verdict``), so the results file, the JUnit
+XML and xdist all carry it."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from harness.stack.upstream import version as installed_version
+
+LEDGER = Path(__file__).with_name("known_findings.toml")
+HARNESS_DIR = Path(__file__).resolve().parents[1]
+STANDIN_FILE = HARNESS_DIR / "invariance" / "standin.py"
+_LEDGER_KEY = pytest.StashKey["Finding"]()
+#: the exception types a check raises on purpose: its verdict, not a harness defect
+VERDICT_TYPES = ("AssertionError", "Failed", "UpstreamDrift", "Skipped", "XFailed",
+                 "ChildCrashed", "ChildTimeout", "IsolationTimeout")
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+', re.MULTILINE)
+_MISSING = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '(?P<mod>[^']+)'")
+_RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Drift))\b",
+                     re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One ledger entry."""
+
+    id: str
+    title: str
+    distribution: str
+    affected: str
+    cases: tuple[str, ...]
+    match: str
+    evidence: str
+    fix: str = ""
+
+    def applies(self, version: str | None) -> bool:
+        """Whether the installed ``version`` of its distribution is an affected release."""
+        if version is None:
+            return False
+        try:
+            have = Version(Version(version).public)
+        except InvalidVersion:
+            return False
+        return SpecifierSet(self.affected).contains(have, prereleases=True)
+
+    def reason(self, version: str | None) -> str:
+        fix = f"; fixed upstream by {self.fix}" if self.fix else ""
+        return (f"known release finding {self.id} ({self.distribution} {version}, ledger "
+                f"range {self.affected}): {self.title}{fix}")
+
+
+class LedgerError(ValueError):
+    """A ledger file that cannot be used (named, with the fix)."""
+
+
+def load_ledger(path: Path = LEDGER) -> list[Finding]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise LedgerError(f"{path}: cannot read the ledger of known findings ({exc})") from None
+    found = []
+    for i, entry in enumerate(data.get("finding", [])):
+        missing = [k for k in ("id", "title", "distribution", "affected", "cases", "match",
+                               "evidence") if k not in entry]
+        if missing:
+            raise LedgerError(f"{path}: finding #{i + 1} lacks {', '.join(missing)}")
+        found.append(Finding(entry["id"], entry["title"], entry["distribution"],
+                             entry["affected"], tuple(entry["cases"]), entry["match"],
+                             " ".join(entry["evidence"].split()), entry.get("fix", "")))
+    return found
+
+
+# --- the cause of a failure ----------------------------------------------------------------
+
+def _innermost(text: str) -> tuple[str | None, str | None]:
+    """(the innermost frame's file, the raised exception's type) of the last traceback in
+    ``text`` (the child's, carried back in the failure text)."""
+    start = text.rfind("Traceback (most recent call last)")
+    tail = text[start:] if start >= 0 else text
+    frames = _FRAME.findall(tail)
+    raised = _RAISED.findall(tail)
+    return (frames[-1] if frames else None), (raised[-1] if raised else None)
+
+
+def cause(text: str, declared: set[str] | None = None) -> tuple[str, str] | None:
+    """``(category, reason)`` when the failure text shows the harness's own cause (an
+    install gap, a build-time file, a stand-in limit, the harness's code), else None (the
+    check's verdict stands). ``declared``: requirement names the stack declares (a module
+    of one of them missing is the profile's install gap)."""
+    declared = declared or set()
+    if "NotStoodIn" in text:
+        return "stand-in-limit", "the CPU stand-in does not provide what the code called " \
+            "(NotStoodIn): not a property of the release"
+    missing = _MISSING.search(text)
+    if missing:
+        module = missing["mod"]
+        top = module.split(".")[0]
+        if module.endswith("._build_info") or module == "vllm_ascend._build_info":
+            return "harness", (f"{module} is a build-time file (vllm-ascend's setup.py writes "
+                               "it): the harness's sources-only install lacks it")
+        if top.replace("_", "-").lower() in declared or top.lower() in declared:
+            return "harness", (f"No module named {module!r}: a declared requirement of the "
+                               "stack that the profile did not install (bash ci/setup.sh "
+                               "--upstream verifies them)")
+    path, raised = _innermost(text)
+    if path is not None:
+        resolved = Path(path)
+        if resolved == STANDIN_FILE or resolved.name == "standin.py" and \
+                resolved.parent.name == "invariance":
+            return "stand-in-limit", f"raised inside the CPU stand-in ({path})"
+        inside = HARNESS_DIR in resolved.parents
+        if inside and raised and raised.rsplit(".", 1)[-1] not in VERDICT_TYPES:
+            return "harness", f"{raised} raised in the harness's own code ({path})"
+    return None
+
+
+def declared_names() -> set[str]:
+    """Every requirement name the installed upstream stack declares (lower-case)."""
+    from harness.stack import requirements
+
+    names: set[str] = set()
+    for dist in ("vllm", "vllm-ascend", "verl", "tensordict", "xgrammar"):
+        for req in requirements.declared(dist) or []:
+            names.add(req.name.lower().replace("_", "-"))
+    return names
+
+
+class Verdicts:
+    """The verdict layer: registered by the plugin for every session."""
+
+    def __init__(self, stack: dict[str, Any]) -> None:
+        self.stack = stack
+        self.ledger = load_ledger()
+        self._declared: set[str] | None = None
+
+    @property
+    def kind(self) -> str:
+        return (self.stack.get("profile") or {}).get("kind", "release")
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        by_case = {case: f for f in self.ledger for case in f.cases}
+        for item in items:
+            finding = by_case.get(item.nodeid)
+            if finding is not None and finding.applies(installed_version(finding.distribution)):
+                item.stash[_LEDGER_KEY] = finding
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        finding = item.stash.get(_LEDGER_KEY, None)
+        if finding is not None and call.when == "call":
+            self._ledger(report, finding)
+        if report.failed and not any(k == "verdict" for k, _ in report.user_properties):
+            self._file(report)
+        return report
+
+    def _ledger(self, report: pytest.TestReport, finding: Finding) -> None:
+        version = installed_version(finding.distribution)
+        text = str(report.longrepr or "")
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = (
+                f"fixed upstream: {finding.id} ({finding.title}) no longer shows on "
+                f"{finding.distribution} {version}, inside the ledger's range "
+                f"{finding.affected}: remove it from the ledger (harness/plugin/"
+                f"known_findings.toml), or narrow its range. Evidence it was filed on: "
+                f"{finding.evidence}")
+            self._set(report, "fixed-upstream", finding.id)
+        elif report.failed and finding.match in text:
+            report.outcome = "skipped"
+            report.wasxfail = finding.reason(version)  # type: ignore[attr-defined]
+            self._set(report, "known-finding", finding.id)
+        elif report.failed:
+            report.sections.append(("npu-regress ledger", (
+                f"the ledger's {finding.id} expects a failure containing {finding.match!r}; "
+                "this failure is something else, so it is reported as a failure")))
+
+    def _file(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        if self._declared is None:
+            self._declared = declared_names()
+        found = cause(str(report.longrepr or ""), self._declared)
+        pairing = self.stack.get("pairing") or {}
+        if found is not None:
+            self._set(report, *found)
+        elif props.get("release_finding") or props.get("upstream_drift"):
+            if not pairing.get("supported", True):
+                self._set(report, "unsupported-stack",
+                          "on an unsupported stack: " + "; ".join(pairing.get("problems", [])))
+            elif self.kind == "forward":
+                self._set(report, "forward-compat", "breaks with the next release (profile "
+                          f"{(self.stack.get('profile') or {}).get('name')})")
+        elif not pairing.get("supported", True):
+            self._set(report, "unsupported-stack",
+                      "on an unsupported stack: " + "; ".join(pairing.get("problems", [])))
+
+    @staticmethod
+    def _set(report: pytest.TestReport, category: str, reason: str) -> None:
+        report.user_properties.append(("verdict", {"category": category, "reason": reason}))
+
+
+def stack_facts() -> dict[str, Any]:
+    """The session's stack facts: the active profile and the pairing verdict."""
+    from harness.stack import pairing, profile
+
+    active = profile.active()
+    return {"profile": ({"name": active.name, "kind": active.kind, "summary": active.summary,
+                         "deviations": active.deviations} if active else None),
+            "pairing": pairing.for_this_runner().to_dict()}
