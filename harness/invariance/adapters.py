@@ -234,6 +234,21 @@ class VerlTarget(VllmAscendTarget):
         return []
 
 
+def registration_keys(source: str) -> set[str]:
+    """The dispatch keys a module's ``Library.impl(op, fn, KEY)`` calls name: the string
+    literals, and ``"<platform>"`` for a key computed at run time (vLLM 0.33.0's)."""
+    import ast
+
+    keys: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "impl" and len(node.args) >= 3:
+            key = node.args[2]
+            keys.add(key.value if isinstance(key, ast.Constant) and isinstance(key.value, str)
+                     else "<platform>")
+    return keys
+
+
 class VllmTarget(InvarianceTarget):
     """vLLM's module, on CUDA and on CPU (vllm 0.33.0 enables there: its platform is
     "unspecified", key CPU, and it registers softmax, log_softmax, mean and bmm kernels).
@@ -252,8 +267,15 @@ class VllmTarget(InvarianceTarget):
         if not has_module("vllm"):
             return "vllm is not installed"
         # by file, not by import: an install whose import fails must fail in the child
-        if not any(source_file(m) for m in self.MODULES):
+        path = next((p for m in self.MODULES if (p := source_file(m))), None)
+        if path is None:
             return f"vllm has neither {' nor '.join(self.MODULES)}"
+        keys = registration_keys(path.read_text(encoding="utf-8", errors="replace"))
+        if keys == {"CUDA"} and device_kind != "cuda":
+            # vLLM 0.23.0/0.24.0: every override on the CUDA key, cuBLASLt set unconditionally
+            return (f"{self.release()} registers its batch-invariant kernels on the CUDA "
+                    f"dispatch key only ({path.name}: every .impl(..., \"CUDA\")): nothing to "
+                    f"switch on a {device_kind} session")
         if device_kind not in self.devices:
             return f"runs on CUDA or CPU: the session device is {device_kind}"
         return None

@@ -230,16 +230,27 @@ class NotStoodIn(NotImplementedError):
     """A torch_npu native symbol that the CPU stand-in does not compute."""
 
 
+class _NativeNamespace(type):
+    """The type of a stood-in native class: its attributes are native symbols too
+    (``torch_npu._C._NPUTaskGroupHandle`` in a class annotation of vllm-ascend 0.23.0)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _native_symbol(f"{cls.__module__}.{cls.__name__}", name)
+
+
 def _native_symbol(prefix: str, name: str) -> Any:
-    """A class (for CamelCase names: annotations like ``NPUGraph | None`` must work) or a
-    callable whose call raises ``NotStoodIn`` naming the symbol."""
+    """A class (for CamelCase names, ``_C`` and ``_NPUThing`` included: annotations like
+    ``NPUGraph | None`` must work, and its attributes are native symbols) or a callable whose
+    call raises ``NotStoodIn`` naming the symbol."""
     full = f"{prefix}.{name}"
 
     def refuse(*_args: Any, **_kwargs: Any) -> Any:
         raise NotStoodIn(f"{full} is native torch_npu code: the CPU stand-in does not run it")
 
-    if name[:1].isupper():
-        return type(name, (), {"__init__": refuse, "__module__": prefix})
+    if name.lstrip("_")[:1].isupper():
+        return _NativeNamespace(name, (), {"__init__": refuse, "__module__": prefix})
     refuse.__name__ = refuse.__qualname__ = name
     return refuse
 

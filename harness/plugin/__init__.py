@@ -279,6 +279,10 @@ def pytest_configure(config: pytest.Config) -> None:
     session.stack = stack_facts()
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(Verdicts(session.stack), "npu_regress_verdicts")
+    from harness.plugin.absent import AbsentTargets
+
+    config.pluginmanager.register(AbsentTargets(device.kind, device.npu_missing),
+                                  "npu_regress_absent")
     _install_sigterm(session)
     if workerinput is not None:
         _end_with_controller()
@@ -286,7 +290,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from harness.plugin.absent import AbsentHookspecs
+
     pluginmanager.add_hookspecs(HarnessHookspecs)
+    pluginmanager.add_hookspecs(AbsentHookspecs)
 
 
 @pytest.hookimpl(trylast=True)

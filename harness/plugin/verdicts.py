@@ -16,6 +16,7 @@ XML and xdist all carry it."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from packaging.version import InvalidVersion, Version
 from harness.stack.upstream import version as installed_version
 
 LEDGER = Path(__file__).with_name("known_findings.toml")
+#: another ledger (a team's own findings, the harness's tests)
+LEDGER_ENV = "HARNESS_LEDGER"
 HARNESS_DIR = Path(__file__).resolve().parents[1]
 STANDIN_FILE = HARNESS_DIR / "invariance" / "standin.py"
 _LEDGER_KEY = pytest.StashKey["Finding"]()
@@ -79,7 +82,9 @@ class LedgerError(ValueError):
     """A ledger file that cannot be used (named, with the fix)."""
 
 
-def load_ledger(path: Path = LEDGER) -> list[Finding]:
+def load_ledger(path: Path | None = None) -> list[Finding]:
+    """The ledger: ``path``, else ``$HARNESS_LEDGER``, else the built-in one."""
+    path = path or Path(os.environ.get(LEDGER_ENV) or LEDGER)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -124,7 +129,7 @@ def cause(text: str, declared: set[str] | None = None) -> tuple[str, str] | None
         if module.endswith("._build_info") or module == "vllm_ascend._build_info":
             return "harness", (f"{module} is a build-time file (vllm-ascend's setup.py writes "
                                "it): the harness's sources-only install lacks it")
-        if top.replace("_", "-").lower() in declared or top.lower() in declared:
+        if top.replace("_", "-").lower() in declared:
             return "harness", (f"No module named {module!r}: a declared requirement of the "
                                "stack that the profile did not install (bash ci/setup.sh "
                                "--upstream verifies them)")
@@ -141,14 +146,11 @@ def cause(text: str, declared: set[str] | None = None) -> tuple[str, str] | None
 
 
 def declared_names() -> set[str]:
-    """Every requirement name the installed upstream stack declares (lower-case)."""
+    """Every distribution the installed upstream stack needs, directly or through what it
+    needs (canonical names)."""
     from harness.stack import requirements
 
-    names: set[str] = set()
-    for dist in ("vllm", "vllm-ascend", "verl", "tensordict", "xgrammar"):
-        for req in requirements.declared(dist) or []:
-            names.add(req.name.lower().replace("_", "-"))
-    return names
+    return requirements.closure(("vllm", "vllm-ascend", "verl", "tensordict", "xgrammar"))
 
 
 class Verdicts:

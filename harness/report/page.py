@@ -172,12 +172,36 @@ class Card:
     others: list[str] = field(default_factory=list)
 
 
+#: what each cause-before-verdict category (harness.plugin.verdicts) tells the reader
+_CATEGORY_DIAGNOSES = (
+    ("known-finding", "a known release finding (the ledger)",
+     "listed in harness/plugin/known_findings.toml with its evidence and fix; not a new "
+     "failure"),
+    ("fixed-upstream", "fixed upstream: remove it from the ledger",
+     "a ledger case passes on a release inside the ledger's range"),
+    ("forward-compat", "forward-compatibility: breaks with the next releases",
+     "the forward profile (the newest releases, which their declarations do not pair): not "
+     "a finding about a stack users run"),
+    ("unsupported-stack", "on an unsupported stack",
+     "the runner's stack is not one its releases pair (the preflight's pairing check): "
+     "fix the stack before reading this failure"),
+    ("harness", "the harness's own cause",
+     "an install gap of the stack profile, a build-time file or the harness's code: ours, "
+     "not the release's"),
+    ("stand-in-limit", "a limit of the CPU stand-in",
+     "the stand-in does not provide what the code called: not a property of the release"),
+)
+
+
 def _diagnoses(family: str, res: TestResult, cell: Cell) -> list[Diagnosis]:
     found = []
     if res.category == "release-finding":
         found.append(Diagnosis("a finding about the released code under test",
                                "the release's own code does this; the reference target "
                                "passes the same check"))
+    for category, title, text in _CATEGORY_DIAGNOSES:
+        if res.category == category:
+            found.append(Diagnosis(title, text))
     if res.category == "upstream-drift":
         found.append(Diagnosis("upstream drift: the stack changed under the adapter",
                                _message(res.longrepr)))
@@ -350,4 +374,11 @@ def news(comp: Comparison) -> list[tuple[str, str, int]]:
             ("not-run", "not run (night ended early)", len(summary["not_run"])),
             ("upstream-drift", "upstream drift", len(summary["upstream_drift"])),
             ("release-findings", "findings about releases", len(summary["release_findings"])),
+            ("harness-causes", "the harness's own causes", len(summary["harness_causes"])),
+            ("unsupported-stack", "on an unsupported stack",
+             len(summary["unsupported_stack"])),
+            ("forward-compat", "forward-compatibility", len(summary["forward_compat"])),
+            ("fixed-upstream", "fixed upstream (remove from the ledger)",
+             len(summary["fixed_upstream"])),
+            ("known-findings", "known findings (ledger)", len(summary["known_findings"])),
             ("still-failing", "still failing", len(summary["still_failing"]))]

@@ -60,6 +60,11 @@ TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "St
           "flaky": "Flaky", "event_changes": "Dispatch-event counts changed",
           "newly_skipped": "Newly skipped", "upstream_drift": "Upstream drift",
           "release_findings": "Findings about releases",
+          "harness_causes": "The harness's own causes (ours, not the release's)",
+          "unsupported_stack": "On an unsupported stack (the preflight's pairing failed)",
+          "forward_compat": "Forward-compatibility (breaks with the next releases)",
+          "fixed_upstream": "Fixed upstream: remove from the ledger",
+          "known_findings": "Known release findings (the ledger; not new failures)",
           "vanished": "Vanished (not collected tonight)",
           "not_run": "Not run (the night ended before them)"}
 #: rows of the skipped table in summary.md (all of them are in summary.json)
@@ -81,7 +86,8 @@ def summary_markdown(comp: Comparison) -> str:
              "| | count |", "|---|---|"]
     for key in ("new_failures", "fixed", "still_failing", "flaky", "event_changes",
                 "newly_skipped", "vanished", "not_run", "upstream_drift",
-                "release_findings"):
+                "release_findings", "harness_causes", "unsupported_stack", "forward_compat",
+                "fixed_upstream", "known_findings"):
         lines.append(f"| {TITLES[key]} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
     lines.append(f"| Skipped | {skipped} |")
@@ -97,7 +103,8 @@ def summary_markdown(comp: Comparison) -> str:
         lines += _cap([f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['since'])} |"
                        for r in s["vanished"][:MD_ROWS + 1]], len(s["vanished"]))
     for key in ("still_failing", "flaky", "fixed", "newly_skipped", "not_run",
-                "upstream_drift", "release_findings"):  # new failures: above, with the hint
+                "upstream_drift", "release_findings", "harness_causes", "unsupported_stack",
+                "forward_compat", "fixed_upstream", "known_findings"):  # new failures: above
         if s[key]:
             lines += ["", f"## {TITLES[key]}", "", "| test | runner | outcome | since |",
                       "|---|---|---|---|"]

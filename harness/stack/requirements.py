@@ -37,7 +37,10 @@ class Unmet:
         return f"{self.declared_by} requires {self.requirement}: {have}"
 
 
-def _parse(lines: Iterable[str]) -> list[Requirement]:
+def _parse(lines: Iterable[str], extras: Iterable[str] = ()) -> list[Requirement]:
+    """Requirements that apply here: markers evaluated (``extra`` as each of ``extras``, or
+    none: a requirement of an extra is not one of the distribution)."""
+    wanted = [""] + [e for e in extras if e]
     found = []
     for raw in lines:
         line = raw.split("#", 1)[0].strip()
@@ -47,11 +50,22 @@ def _parse(lines: Iterable[str]) -> list[Requirement]:
             req = Requirement(line)
         except InvalidRequirement:
             continue
-        # a requirement of an extra is not a requirement of the distribution
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e})
+                                              for e in wanted):
             continue
         found.append(req)
     return found
+
+
+def _extra_requirements(name: str, extras: Iterable[str]) -> list[Requirement]:
+    """What the installed ``name`` needs for ``extras`` only (``fastapi[standard]``)."""
+    extras = set(extras)
+    try:
+        lines = importlib.metadata.requires(name) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    return [r for r in _parse(lines, extras) if r.marker is not None
+            and not r.marker.evaluate({"extra": ""})]
 
 
 def requirements_file(distribution: str) -> Path | None:
@@ -109,7 +123,46 @@ def unmet(distributions: Iterable[str],
             have = version(req.name)
             if have is None or not _satisfies(have, req):
                 found.append(Unmet(dist, str(req), have))
+            elif req.extras:
+                found.extend(_unmet_extras(dist, req, set()))
     return found
+
+
+def _unmet_extras(dist: str, req: Requirement, seen: set[str]) -> list[Unmet]:
+    """What the extras of an installed requirement need and this machine lacks, through the
+    extras they ask for in turn (``fastapi[standard]`` -> ``uvicorn[standard]`` -> uvloop)."""
+    key = f"{canonicalize_name(req.name)}[{','.join(sorted(req.extras))}]"
+    if key in seen:
+        return []
+    seen.add(key)
+    found: list[Unmet] = []
+    for sub in _extra_requirements(req.name, req.extras):
+        have = version(sub.name)
+        if have is None or not _satisfies(have, sub):
+            found.append(Unmet(f"{dist} (through {key})", str(sub), have))
+        elif sub.extras:
+            found.extend(_unmet_extras(dist, sub, seen))
+    return found
+
+
+def closure(distributions: Iterable[str]) -> set[str]:
+    """Every distribution name the ``distributions`` need, directly or through what they need
+    (extras included), as canonical names: a module of one of them that does not import is
+    the install's gap, not the release's."""
+    todo = [(d, ()) for d in distributions]
+    seen: set[str] = set()
+    while todo:
+        name, extras = todo.pop()
+        key = f"{canonicalize_name(name)}{sorted(extras)}"
+        if key in seen:
+            continue
+        seen.add(key)
+        reqs = declared(name) if not extras else _extra_requirements(name, extras)
+        for req in reqs or []:
+            todo.append((req.name, ()))
+            if req.extras:
+                todo.append((req.name, tuple(sorted(req.extras))))
+    return {k.split("[", 1)[0] for k in seen}
 
 
 def install_lines(distributions: Iterable[str],
@@ -138,6 +191,11 @@ def install_lines(distributions: Iterable[str],
             if line not in seen:
                 seen.add(line)
                 lines.append(line)
-    for name, pin in pins.items():
-        lines.append(f"{name}=={pin}")
+    extras: dict[str, set[str]] = {}
+    for dist in distributions:
+        for req in declared(dist) or []:
+            extras.setdefault(canonicalize_name(req.name), set()).update(req.extras)
+    for name, pin in pins.items():  # a pin keeps the extras its declarations ask for
+        wanted = sorted(extras.get(name, ()))
+        lines.append(f"{name}{'[' + ','.join(wanted) + ']' if wanted else ''}=={pin}")
     return lines

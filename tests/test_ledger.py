@@ -1,0 +1,149 @@
+"""The ledger of known release findings and the cause-before-verdict filing
+(harness.plugin.verdicts): a known finding is a strict expected failure on an affected
+release, "fixed upstream" when the upstream code is fixed (a patched copy of vllm-ascend's
+function, run through the real switch case), and a failure that is not the ledger's stays
+a failure; our own causes are never filed as release findings."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.plugin import verdicts
+from harness.stack.upstream import package_dirs
+
+ROOT = Path(__file__).resolve().parent.parent
+TENSOR_SUM = ("suites/test_batch_invariant_switch.py::"
+              "test_switch[vllm_ascend-tensor_sum-enabled]")
+
+pytest_plugins = ["pytester"]
+
+
+def test_the_built_in_ledger_lists_the_tensor_sum_finding() -> None:
+    (finding,) = verdicts.load_ledger()
+    assert finding.id == "vllm-ascend-tensor-sum-dim"
+    assert TENSOR_SUM in finding.cases and "PR #14949" in finding.fix
+    assert finding.applies("0.23.0.post1") and finding.applies("0.23.0")
+    assert not finding.applies("0.24.0rc1") and not finding.applies(None)
+
+
+def test_a_bad_ledger_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "ledger.toml"
+    bad.write_text('[[finding]]\nid = "x"\n')
+    with pytest.raises(verdicts.LedgerError, match="finding #1 lacks title"):
+        verdicts.load_ledger(bad)
+
+
+def _ledger(tmp_path: Path, nodeid: str, dist: str = "pytest") -> Path:
+    path = tmp_path / "ledger.toml"
+    path.write_text(textwrap.dedent(f"""\
+        [[finding]]
+        id = "demo"
+        title = "a demo finding"
+        distribution = "{dist}"
+        affected = ">=1"
+        cases = ["{nodeid}"]
+        match = "the known symptom"
+        evidence = "seen in a demo"
+        fix = "demo PR #1"
+        """))
+    return path
+
+
+@pytest.mark.parametrize(("body", "outcome", "category"), [
+    ("assert False, 'the known symptom'", "xfailed", "known-finding"),
+    ("pass", "failed", "fixed-upstream"),
+    ("assert False, 'something else entirely'", "failed", None),
+])
+def test_a_ledger_case(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                       body: str, outcome: str, category: str | None) -> None:
+    pytester.makepyfile(test_demo=f"def test_it():\n    {body}\n")
+    monkeypatch.setenv(verdicts.LEDGER_ENV, str(_ledger(tmp_path, "test_demo.py::test_it")))
+    results = tmp_path / "r.jsonl"
+    run = pytester.runpytest_subprocess(f"--harness-results={results}", "-rxf")
+    (record,) = [r for r in map(json.loads, results.read_text().splitlines())
+                 if r["type"] == "test"]
+    assert record["outcome"] == outcome, run.stdout.str()
+    assert record["category"] == category
+    out = run.stdout.str()
+    if category == "known-finding":
+        assert "known release finding demo" in out and run.ret == 0
+    elif category == "fixed-upstream":
+        assert "fixed upstream: demo" in out and "remove it from the ledger" in out
+    else:
+        assert "this failure is something else" in out and run.ret == 1
+
+
+@pytest.mark.parametrize(("text", "category"), [
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+     "ModuleNotFoundError: No module named 'vllm_ascend._build_info'", "harness"),
+    ("ModuleNotFoundError: No module named 'uvloop'", "harness"),
+    (f"Traceback (most recent call last):\n  File \"{verdicts.STANDIN_FILE}\", line 9, in f\n"
+     "RuntimeError: PyTorch is not linked with support for npu devices", "stand-in-limit"),
+    ("harness.invariance.standin.NotStoodIn: torch_npu.npu_x is native", "stand-in-limit"),
+    (f"Traceback (most recent call last):\n  File \"{verdicts.HARNESS_DIR / 'x.py'}\", "
+     "line 3, in g\nTypeError: 'NoneType' object is not subscriptable", "harness"),
+    (f"Traceback (most recent call last):\n  File \"{verdicts.HARNESS_DIR / 'x.py'}\", "
+     "line 3, in g\nAssertionError: expected mm to run", None),
+    ("Traceback (most recent call last):\n  File \"/site/vllm/x.py\", line 3, in g\n"
+     "RuntimeError: Cannot set preferred backend to cuBLASLt", None),
+    ("ModuleNotFoundError: No module named 'nothing_declares_me'", None),
+])
+def test_the_cause_of_a_failure(text: str, category: str | None) -> None:
+    found = verdicts.cause(text, {"uvloop"})
+    assert (found[0] if found else None) == category
+
+
+def _switch_case(tmp_path: Path, sources: Path | None) -> dict[str, object]:
+    results = tmp_path / "results.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
+    if sources is not None:
+        env["PYTHONPATH"] = str(sources) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", TENSOR_SUM, "-p", "no:cacheprovider", "-q",
+         "--device", "cpu", f"--harness-results={results}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    (record,) = [r for r in records if r["type"] == "test"]
+    record["stdout"] = proc.stdout
+    return record
+
+
+@pytest.fixture(scope="module")
+def released_sources() -> Path:
+    dirs = package_dirs("vllm_ascend")
+    if not dirs or not (dirs[0] / "batch_invariant.py").is_file():
+        pytest.skip("vllm-ascend's sources are not installed (bash ci/setup.sh --upstream)")
+    return dirs[0]
+
+
+def test_the_released_code_is_a_known_finding(tmp_path: Path, released_sources: Path) -> None:
+    record = _switch_case(tmp_path, None)
+    assert record["outcome"] == "xfailed", record["stdout"][-3000:]
+    assert record["category"] == "known-finding"
+    assert "known release finding vllm-ascend-tensor-sum-dim" in str(record["reason"])
+
+
+def test_a_fixed_copy_of_the_function_reads_fixed_upstream(tmp_path: Path,
+                                                            released_sources: Path) -> None:
+    """vllm-ascend 0.23.0.post1 with PR #14949's change (Tensor.sum follows reduce_sum) in a
+    copy of its sources: the ledger case passes, and says so."""
+    copy = tmp_path / "src"
+    shutil.copytree(released_sources, copy / "vllm_ascend")
+    module = copy / "vllm_ascend" / "batch_invariant.py"
+    text = module.read_text()
+    assert "        torch.sum = reduce_sum\n" in text
+    module.write_text(text.replace("        torch.sum = reduce_sum\n",
+                                   "        torch.sum = reduce_sum\n"
+                                   "        torch.Tensor.sum = reduce_sum\n", 1))
+    record = _switch_case(tmp_path, copy)
+    assert record["outcome"] == "failed", record["stdout"][-3000:]
+    assert record["category"] == "fixed-upstream"
+    assert "fixed upstream: vllm-ascend-tensor-sum-dim" in str(record["longrepr"])
