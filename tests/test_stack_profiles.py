@@ -20,7 +20,7 @@ def _fake_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, versi
     """An installed distribution of our own making (a .dist-info on sys.path)."""
     info = tmp_path / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
-    lines = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     lines += [f"Requires-Dist: {r}" for r in requires]
     (info / "METADATA").write_text("\n".join(lines) + "\n")
     monkeypatch.syspath_prepend(str(tmp_path))
