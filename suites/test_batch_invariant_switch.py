@@ -9,19 +9,22 @@ import pytest
 
 from harness.invariance import CHECKS, InvarianceTarget
 from harness.invariance.switch import case_inputs, judge, run_switch_case
+from harness.plugin import SESSION_KEY
 
 
 @pytest.mark.parametrize("enabled", [False, True], ids=["disabled", "enabled"])
 @pytest.mark.parametrize("check", CHECKS)
 def test_switch(invariance_target: InvarianceTarget, check: str, enabled: bool,
-                run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
+                run_on_npu, record_property, request) -> None:  # type: ignore[no-untyped-def]
     reason = invariance_target.not_applicable(check)
     if reason:
         pytest.skip(f"{invariance_target.name}/{check}: {reason}")
     inputs = case_inputs(check)
+    budget = invariance_target.time_budget(request.config.stash[SESSION_KEY].timeout)
     res = run_on_npu(run_switch_case, invariance_target.name, check, enabled, inputs,
                      env=invariance_target.switch_env(enabled),
-                     events=invariance_target.event_patterns())
+                     events=invariance_target.event_patterns(), timeout=budget)
+    record_property("recorder", res.recorder)
     record_property("switch_evidence", {k: v for k, v in res.value.items()
                                         if k not in ("out", "residual_out",
                                                      "dispatcher_footprint")})

@@ -196,6 +196,9 @@ class VerlTarget(VllmAscendTarget):
 
     name = "verl"
     distribution = "verl"
+    #: a case with Ray's start: median 10.5 s (9.4-11.8 s, 14 cases) on an idle 2-core
+    #: runner; at load average 15-25 three cases passed 180 s while Ray was still starting
+    start_cost_s = 10.5
 
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
         if not has_module("verl"):

@@ -50,6 +50,23 @@ class InvarianceTarget:
     devices: tuple[str, ...] = ()
     #: the upstream distribution under test ("" for our own reference ops)
     distribution: str = ""
+    #: what starting one case costs beyond the check itself, measured on an idle 2-core
+    #: runner (verl: its run_ppo starts a local Ray); scaled by the load at run time
+    start_cost_s: float = 0.0
+
+    def time_budget(self, base: float) -> float:
+        """The child timeout for one case: ``base`` plus four times the measured start cost,
+        times how overloaded the machine is now (load average per core, at least 1): a
+        loaded runner gets the time its Ray start needs, an idle one still sees a hang."""
+        if not self.start_cost_s:
+            return base
+        import os
+
+        try:
+            load = os.getloadavg()[0] / (os.cpu_count() or 1)
+        except OSError:
+            load = 1.0
+        return base + 4 * self.start_cost_s * max(1.0, load)
 
     # --- parent side ---
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:

@@ -38,6 +38,8 @@ class IsolatedResult:
     events: dict[str, int] = field(default_factory=dict)
     #: whether events were counted at all ({} then means: not one matching event ran)
     events_counted: bool = False
+    #: the recorder that counted them (``harness.stack.dispatch.RECORDERS``)
+    recorder: str = ""
     #: one of ``OUTCOMES``
     outcome: str = "error"
     method: str = "spawn"
@@ -172,6 +174,17 @@ class ChildTimeout(IsolationError):
             f"isolated child (pid {result.pid}) still running after {result.timeout:g} s; "
             "its process group was ended"
         ]
+        load = result.extras.get("timeout_load")
+        if load:
+            share = load["child_cpu_s"] / max(load["wall_s"], 1e-9)
+            verdict = ("it was computing most of the time: a slow (loaded) machine or more "
+                       "work than the budget, not a hang" if share >= 0.5 else
+                       "it was mostly waiting: a hang, or a peer (Ray, an engine) that never "
+                       "answered")
+            parts.append(
+                f"machine load average {load['load_avg_1m']:g} on {load['cores']} cores; "
+                f"the child's processes used {load['child_cpu_s']:g} s of CPU in "
+                f"{load['wall_s']:g} s ({share:.0%}): {verdict}")
         stack = result.stack.rstrip() or "(none captured)"
         parts.append("--- Python stacks of all threads at timeout ---\n" + stack)
         if result.stderr:

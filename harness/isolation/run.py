@@ -236,7 +236,9 @@ def _load_result(workdir: Path, token: str, res: IsolatedResult) -> bool:
     res.pytrace = data.get("pytrace", True)
     extras = data.get("extras") or {}
     res.events_counted = "events" in extras
-    res.events = dict(extras.pop("events", None) or {})
+    counted = extras.pop("events", None) or {}
+    res.recorder = str(getattr(counted, "recorder", "") or "")
+    res.events = dict(counted)
     res.extras = extras
     try:
         if kind == "returned":
@@ -344,6 +346,8 @@ def isolate(
         res.duration = time.monotonic() - start
         if rc is None:
             res.outcome = "timeout"
+            res.extras["timeout_load"] = _load_at_timeout(
+                [handle.pid, *tracked], res.duration)
             res.stack = _request_stack(handle.pid, workdir)
             tracked.update((p.pid, p) for p in reaper.descendants(handle.pid))
             ended = reaper.end_session(handle.pid, list(tracked.values()))
@@ -421,6 +425,27 @@ def child_contexts(events: Sequence[str] | None = None,
     if events:
         contexts["events"] = functools.partial(_count_events, tuple(events))
     return contexts
+
+
+def _load_at_timeout(pids: list[int], wall: float) -> dict[str, Any]:
+    """How loaded the machine was and how much CPU the child's processes used, at its
+    timeout: a child that computed most of its wall time was slow (a loaded machine, big
+    work); one that used little was waiting (a hang, a peer that never answered)."""
+    import psutil
+
+    cpu = 0.0
+    for pid in dict.fromkeys(pids):
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except (psutil.Error, OSError):
+            continue
+        cpu += times.user + times.system
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = -1.0
+    return {"load_avg_1m": round(load, 2), "cores": os.cpu_count() or 1,
+            "child_cpu_s": round(cpu, 2), "wall_s": round(wall, 2)}
 
 
 def _count_events(patterns: tuple[str, ...]) -> Any:

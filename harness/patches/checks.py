@@ -17,6 +17,7 @@ parent and returns every problem as a sentence (empty: the check passed).
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import itertools
 import linecache
@@ -50,6 +51,13 @@ def prepare(patch: DeclaredPatch) -> Callable[[], Any]:
         standin.stand_in_native_names()
     import_upstream(split(patch.apply)[0], skip_inits=patch.skip_inits)
     apply: Callable[[], Any] = resolve(patch.apply)
+    # A running engine has its layers imported before any patch runs (vLLM loads the
+    # platform, its ops and attention backends first); a fresh process that let the patch
+    # import them in its own order would meet import cycles the engine never meets
+    # (vllm-ascend 0.23.0.post1: sfa_v1 before vllm_ascend.ops -> a circular import of
+    # device_op). Import the targets as the engine has them: in their declared order.
+    for path in patch.targets:
+        importlib.import_module(split(path)[0])
     return apply
 
 
@@ -109,7 +117,8 @@ def judge_applies(patch: DeclaredPatch, got: dict[str, Any]) -> list[str]:
         return [f"{patch.apply} raised on {patch.releases()}: {got['raised']}{cause}"]
     return [f"{path} was replaced without the marker {patch.marker}"
             for path, row in got["targets"].items()
-            if path in patch.targets and row["status"] == "replaced" and not row["marked"]]
+            if path in patch.targets and path not in patch.guarded_by
+            and row["status"] == "replaced" and not row["marked"]]
 
 
 # --- idempotent -----------------------------------------------------------------------------

@@ -47,6 +47,9 @@ class DeclaredPatch:
     behaviours: tuple[Behaviour, ...] = ()
     #: the upstream distributions a failure is a finding about (named in messages)
     distributions: tuple[str, ...] = ()
+    #: targets replaced only together with another target whose marker guards both (no
+    #: marker of their own): ``{target: the marked target}``
+    guarded_by: Mapping[str, str] = field(default_factory=dict)
     #: where the fingerprint report reads a target whose object is chosen at run time
     #: (``target -> module:Qual.name`` of the definition to fingerprint)
     sources: Mapping[str, str] = field(default_factory=dict)

@@ -131,5 +131,10 @@ PATCHES = (
         # DeviceOperator is get_device_adaptor()'s answer: the A2/A3 adaptor class
         sources={"vllm_ascend.attention.sfa_v1:DeviceOperator.indexer_select_post_process":
                  "vllm_ascend.device.device_op:BaseDeviceAdaptor.indexer_select_post_process"},
+        # verl's _patch_glm52_sfa_kv_b_proj_disposal wraps dispose_layer (functools.wraps,
+        # no marker) in the same step as process_weights_after_loading, whose marker makes
+        # a second apply return before either is touched again
+        guarded_by={"vllm_ascend.attention.sfa_v1:dispose_layer":
+                    "vllm_ascend.attention.sfa_v1:AscendSFAImpl.process_weights_after_loading"},
     ),
 )

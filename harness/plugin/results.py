@@ -270,6 +270,7 @@ def _json_or_none(value: Any) -> Any:
 def child_record(res: Any) -> dict[str, Any]:
     """What the results file keeps of one isolated child."""
     return {"pid": res.pid, "method": res.method, "outcome": res.outcome,
+            "recorder": getattr(res, "recorder", "") or None,
             "exitcode": res.exitcode, "signal": res.signame, "summary": res.summary(),
             "duration": round(res.duration, 4), "stdout_tail": tail_text(res.stdout, 2000),
             "stderr_tail": tail_text(res.stderr, 2000), "notes": list(res.notes)}

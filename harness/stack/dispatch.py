@@ -14,9 +14,18 @@ Registrations: ``registrations()`` snapshots every operator's kernel table and
 run the op (the "off" rule must see an override of ``aten::_log_softmax`` as surely as one
 of ``aten::mm``).
 
-Backends: torch's profiler (CPU activity: dispatcher-level op events are recorded on the
-host for every device) on CPU and CUDA; the legacy autograd profiler on NPU, as the
-existing Ascend test does, after a device synchronise so queued ops are recorded.
+Recorders (``RECORDERS``; ``$HARNESS_RECORDER`` picks one, default ``auto``): both count
+the dispatcher's RecordFunction events, host-side, for every device.
+- ``record-function``: torch's legacy profiler (``torch.autograd.profiler_legacy``): no
+  warm-up and no tracing thread. The default on CPU and CUDA: on a loaded 2-core runner
+  kineto's warm-up ("Not starting tracing - insufficient time for warmup") ended checks by
+  SIGSEGV at profiler exit, and each kineto start costs about 1 s here against 0.2 ms.
+- ``kineto``: ``torch.profiler.profile`` (CPU activity); the fallback where the legacy
+  profiler is gone from torch.
+- on NPU: the autograd profiler, as the existing Ascend test does, after a device
+  synchronise so queued ops are recorded.
+Which recorder counted is on the counts (``EventCounts.recorder``), in the isolated result
+and in the results file, so a count can be traced to what made it.
 """
 
 from __future__ import annotations
@@ -49,11 +58,44 @@ def _synchronize(kind: str) -> None:
             module.synchronize()
 
 
-def _profiler(kind: str) -> contextlib.AbstractContextManager:  # type: ignore[type-arg]
+RECORDERS = ("auto", "record-function", "kineto", "autograd")
+RECORDER_ENV = "HARNESS_RECORDER"
+
+
+class EventCounts(dict):  # type: ignore[type-arg]
+    """``{event name: count}``, and ``recorder``: the recorder that counted them."""
+
+    recorder: str = ""
+
+
+def choose_recorder(kind: str, wanted: str | None = None) -> str:
+    """The recorder for a device ``kind``: ``wanted`` (or ``$HARNESS_RECORDER``), else
+    ``autograd`` on NPU and ``record-function`` (no warm-up) where torch still has it."""
+    import os
+
+    wanted = wanted or os.environ.get(RECORDER_ENV) or "auto"
+    if wanted not in RECORDERS:
+        raise ValueError(f"{RECORDER_ENV}={wanted!r}: use one of {', '.join(RECORDERS)}")
+    if wanted != "auto":
+        return wanted
+    if kind == "npu":
+        return "autograd"
+    try:
+        from torch.autograd import profiler_legacy  # noqa: F401
+    except ImportError:  # a torch without it: kineto, with its warm-up
+        return "kineto"
+    return "record-function"
+
+
+def _profiler(recorder: str) -> contextlib.AbstractContextManager:  # type: ignore[type-arg]
     import torch
 
-    if kind == "npu":
+    if recorder == "autograd":
         return torch.autograd.profiler.profile()
+    if recorder == "record-function":
+        from torch.autograd import profiler_legacy
+
+        return profiler_legacy.profile()
     return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
 
 
@@ -66,8 +108,9 @@ def count_events(*patterns: str) -> Iterator[dict[str, int]]:
     from harness.stack.devices import device_kind
 
     kind = device_kind()
-    counts: dict[str, int] = {}
-    prof = _profiler(kind)
+    counts = EventCounts()
+    counts.recorder = choose_recorder(kind)
+    prof = _profiler(counts.recorder)
     try:
         with prof:
             try:
