@@ -147,3 +147,47 @@ def test_a_fixed_copy_of_the_function_reads_fixed_upstream(tmp_path: Path,
     assert record["outcome"] == "failed", record["stdout"][-3000:]
     assert record["category"] == "fixed-upstream"
     assert "fixed upstream: vllm-ascend-tensor-sum-dim" in str(record["longrepr"])
+
+
+FINDING_TEST = '''
+def test_it(record_property):
+    record_property("release_finding", "vllm 9.9")
+    assert False, "the release did this"
+'''
+
+
+def test_a_forward_profile_files_findings_as_forward_compatibility(
+        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.stack import profile
+
+    record = tmp_path / "profile.json"
+    record.write_text(json.dumps(profile.load("forward").to_dict()))
+    monkeypatch.setenv(profile.RECORD_ENV, str(record))
+    pytester.makepyfile(test_f=FINDING_TEST)
+    results = tmp_path / "r.jsonl"
+    run = pytester.runpytest_subprocess(f"--harness-results={results}")
+    (rec,) = [r for r in map(json.loads, results.read_text().splitlines()) if r["type"] == "test"]
+    assert rec["category"] == "forward-compat", run.stdout.str()
+    run.stdout.fnmatch_lines(["*stack profile forward (forward)*",
+                              "*failures are forward-compatibility*"])
+
+
+def test_a_failure_on_an_unsupported_stack_is_not_a_release_finding(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester.makeconftest('''
+from harness.stack import pairing
+
+def pytest_configure(config):
+    mixed = {"vllm-ascend": "0.23.0.post1", "vllm": "0.33.0"}
+    pairing.for_this_runner = lambda: pairing.check(mixed.get, requires=False)
+''')
+    pytester.makepyfile(test_u=FINDING_TEST)
+    results = tmp_path / "r.jsonl"
+    run = pytester.runpytest_subprocess(f"--harness-results={results}")
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    (rec,) = [r for r in records if r["type"] == "test"]
+    assert rec["category"] == "unsupported-stack", run.stdout.str()
+    assert "vllm-ascend 0.23.0.post1 pairs with vllm 0.23.0" in rec["verdict"]["reason"]
+    (header,) = [r for r in records if r["type"] == "header"]
+    assert header["stack"]["pairing"]["supported"] is False
+    run.stdout.fnmatch_lines(["*UNSUPPORTED STACK: vllm-ascend 0.23.0.post1 pairs with vllm*"])

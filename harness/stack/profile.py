@@ -1,6 +1,7 @@
 """Stack profiles (``ci/profiles/*.toml``): a coherent upstream stack taken from the
 releases' own declarations, which ``ci/setup.sh --profile NAME`` installs, and the record of
-the one installed here (``.upstream/profile.json``), which the run reads: a ``forward``
+the one installed here (``npu_regress_profile.json`` in the environment's site-packages),
+which the run reads: a ``forward``
 profile's failures are forward-compatibility, never release findings; a profile's declared
 deviations (torch on a CPU machine) are notes, not pairing failures.
 
@@ -24,9 +25,22 @@ else:  # pragma: no cover - Python 3.10
 from harness.stack import requirements
 
 KINDS = ("release", "forward")
-#: where ci/upstream.sh records the installed profile, relative to the checkout
-ACTIVE_FILE = Path(".upstream/profile.json")
+#: where ci/upstream.sh records the installed profile: in the environment it installed it
+#: into (beside the .pth of vllm-ascend's sources), so two venvs of one checkout keep theirs
+ACTIVE_NAME = "npu_regress_profile.json"
 ROOT = Path(__file__).resolve().parents[2]
+
+
+#: another record to read (a test, a runner that keeps it elsewhere)
+RECORD_ENV = "HARNESS_PROFILE_RECORD"
+
+
+def active_file() -> Path:
+    import os
+    import sysconfig
+
+    return Path(os.environ.get(RECORD_ENV) or
+                Path(sysconfig.get_paths()["purelib"]) / ACTIVE_NAME)
 
 
 class ProfileError(ValueError):
@@ -95,10 +109,10 @@ def load(name_or_path: str | Path, root: Path = ROOT) -> Profile:
     return from_dict(data, str(path))
 
 
-def active(root: Path = ROOT) -> Profile | None:
-    """The profile ``ci/setup.sh`` installed in this checkout, or None (an Ascend image's
+def active(path: Path | None = None) -> Profile | None:
+    """The profile ``ci/setup.sh`` installed in this environment, or None (an Ascend image's
     own stack, or no upstream set)."""
-    path = root / ACTIVE_FILE
+    path = path or active_file()
     try:
         return from_dict(json.loads(path.read_text(encoding="utf-8")), str(path))
     except (OSError, ValueError):
@@ -132,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         return 0
     if action == "record":
-        path = ROOT / ACTIVE_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = active_file()
         path.write_text(json.dumps(profile.to_dict(), indent=1) + "\n", encoding="utf-8")
         print(f"npu-regress profile: {profile.name} ({profile.kind}) recorded in {path}")
         return 0
