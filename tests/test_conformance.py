@@ -47,7 +47,7 @@ def test_the_upstream_set_is_the_pinned_one() -> None:
     _needs("verl", "vllm_ascend")
     assert release("verl") == "verl 0.9.1"
     assert release("vllm-ascend") == "vllm-ascend 0.23.0.post1"
-    assert release("vllm") == "vllm 0.33.0"
+    assert release("vllm") == "vllm 0.23.0"  # vllm-ascend 0.23.0.post1's own pairing
     # the later layout is not in 0.23.0.post1: its cases skip naming the release
     assert VLLM_ASCEND_HARDWARE.installed() == (
         "vllm-ascend 0.23.0.post1 has no vllm_ascend.device.hardware (this layout is not in "
@@ -173,7 +173,9 @@ def test_the_results_header_names_the_upstream_set(pytester: pytest.Pytester) ->
     pytester.runpytest("--harness-results", str(out)).assert_outcomes(passed=1)
     header = json.loads(out.read_text().splitlines()[0])
     assert {k: header["packages"][k] for k in ("vllm", "vllm_ascend", "verl", "torch_npu")} == {
-        "vllm": "0.33.0", "vllm_ascend": "0.23.0.post1", "verl": "0.9.1", "torch_npu": None}
+        "vllm": "0.23.0", "vllm_ascend": "0.23.0.post1", "verl": "0.9.1", "torch_npu": None}
+    assert header["stack"]["profile"]["name"] == "default"
+    assert header["stack"]["pairing"]["supported"] is True
 
 
 HEADER = """namespace c10_npu {
@@ -211,11 +213,16 @@ def test_a_soc_that_torch_npu_adds_or_renames_is_named() -> None:
 
 
 def test_the_upstream_torch_npu_table_is_read_from_its_header() -> None:
-    from harness.hardware.conformance import torch_npu_soc_table
+    from harness.hardware.conformance import soc_table_differences, torch_npu_soc_table
 
     found = torch_npu_soc_table()
     if found is None:
         pytest.skip("no torch_npu sources (bash ci/setup.sh --upstream)")
     table, source = found
-    assert source.startswith("torch-npu 2.14.0 (") and source.endswith("NpuVariables.h)")
-    assert table[256] == "Ascend910_9363" and table[260] == "Ascend950" and len(table) == 29
+    # the default profile's torch-npu (vllm-ascend 0.23.0.post1's matrix): 2.10.0.post4,
+    # which predates SoC 256 (Ascend910_9363, torch_npu v2.12.0)
+    assert source.startswith("torch-npu 2.10.0.post4 (") and source.endswith("NpuVariables.h)")
+    assert 256 not in table and table[260] == "Ascend950" and table[255] == "Ascend910_9362"
+    assert soc_table_differences(table, "2.10.0.post4") == []
+    assert soc_table_differences(table) == [
+        "SoC 256 (Ascend910_9363) is gone from torch_npu's table"]

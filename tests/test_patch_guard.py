@@ -123,18 +123,28 @@ def _needs(*distributions: str) -> None:
         pytest.skip(f"{', '.join(missing)} not installed (bash ci/setup.sh --upstream)")
 
 
-def test_verl_partial_wake_up_patch_raises_on_vllm_0_33() -> None:
-    """vllm 0.33.0's EngineCore.wake_up returns whether the executor is fully awake and
+def test_verl_partial_wake_up_patch_on_the_installed_vllm() -> None:
+    """On vLLM 0.23.0 (the default profile: the patch's intended pairing) verl 0.9.1's patch
+    replaces both targets and its spawn entry, each marked. vllm 0.33.0's
+    EngineCore.wake_up (the forward profile) returns whether the executor is fully awake and
     resumes only then: verl 0.9.1's text checks know neither the old nor this form."""
     _needs("verl", "vllm")
     patch = declared_patches(["verl-glm52-vllm-partial-wake-up"])[0]
     got = _run(checks.check_applies, patch)
-    assert checks.judge_applies(patch, got) == [
-        "verl.utils.vllm.npu_vllm_patch:patch_vllm_glm52_partial_wake_up raised on verl "
-        f"{version('verl')}, vllm {version('vllm')}: RuntimeError: VERL_VLLM_ASCEND_GLM52_PATCH "
-        "found an unsupported EngineCore.wake_up implementation."]
     assert set(got["targets"]) == {*patch.targets, patch.spawn_entry}
     assert all(row["fingerprint"] for row in got["targets"].values())
+    if version("vllm").startswith("0.33."):
+        assert checks.judge_applies(patch, got) == [
+            "verl.utils.vllm.npu_vllm_patch:patch_vllm_glm52_partial_wake_up raised on verl "
+            f"{version('verl')}, vllm {version('vllm')}: RuntimeError: "
+            "VERL_VLLM_ASCEND_GLM52_PATCH found an unsupported EngineCore.wake_up "
+            "implementation."]
+        return
+    assert checks.judge_applies(patch, got) == []
+    if version("vllm").startswith("0.23."):
+        assert {path: row["status"] for path, row in got["targets"].items()} == \
+            dict.fromkeys(got["targets"], "replaced")
+        assert all(got["targets"][path]["marked"] for path in patch.targets)
 
 
 def test_the_fingerprint_report_imports_nothing(tmp_path: Path) -> None:

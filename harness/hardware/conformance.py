@@ -223,12 +223,29 @@ def torch_npu_soc_table() -> tuple[dict[int, str], str] | None:
     return parse_soc_enum(path.read_text()), f"{release_name} ({path})"
 
 
-def soc_table_differences(table: dict[int, str]) -> list[str]:
+#: SoCs torch_npu added after its first release we know: {number: the torch_npu release that
+#: added it} (256, Ascend910_9363: torch_npu v2.12.0, 2026-07-22; older releases raise on it)
+SOC_SINCE = {256: "2.12.0"}
+
+
+def soc_table_differences(table: dict[int, str], release: str | None = None) -> list[str]:
     """How torch_npu's table differs from what the spoofs and the hardware table know
-    (``SOC_NAMES``, whose 260 is a board's full name, and ``hardware.SOC_RANGES``)."""
+    (``SOC_NAMES``, whose 260 is a board's full name, and ``hardware.SOC_RANGES``), for
+    torch_npu ``release`` (``"2.10.0.post4"``; None: the newest): a SoC added after that
+    release is not expected in its table."""
+    from packaging.version import InvalidVersion, Version
+
     from harness.hardware import AscendHardwareVersion
 
     ours = {**SOC_NAMES, 260: "Ascend950"}
+    if release is not None:
+        try:
+            have = Version(release)
+        except InvalidVersion:
+            have = None
+        if have is not None:
+            ours = {n: name for n, name in ours.items()
+                    if n not in SOC_SINCE or have >= Version(SOC_SINCE[n])}
     problems = [f"SoC {n} ({table[n]}) is new: the spoofs and the hardware table lack it"
                 for n in sorted(set(table) - set(ours))]
     problems += [f"SoC {n} ({ours[n]}) is gone from torch_npu's table"

@@ -204,20 +204,20 @@ class Verdicts:
                 "this failure is something else, so it is reported as a failure")))
 
     def _file(self, report: pytest.TestReport) -> None:
-        props = dict(report.user_properties)
         if self._declared is None:
             self._declared = declared_names()
         found = cause(str(report.longrepr or ""), self._declared)
         pairing = self.stack.get("pairing") or {}
         if found is not None:
             self._set(report, *found)
-        elif props.get("release_finding") or props.get("upstream_drift"):
-            if not pairing.get("supported", True):
-                self._set(report, "unsupported-stack",
-                          "on an unsupported stack: " + "; ".join(pairing.get("problems", [])))
-            elif self.kind == "forward":
-                self._set(report, "forward-compat", "breaks with the next release (profile "
-                          f"{(self.stack.get('profile') or {}).get('name')})")
+        elif self.kind == "forward":
+            # the forward profile pairs releases that do not declare each other: every
+            # failure of it (the pairing's own included) is about the next releases
+            problems = "; ".join(pairing.get("problems", []))
+            self._set(report, "forward-compat", "breaks with the next releases (profile "
+                      f"{(self.stack.get('profile') or {}).get('name')})"
+                      + (f"; the stack is not one its releases pair: {problems}"
+                         if problems else ""))
         elif not pairing.get("supported", True):
             self._set(report, "unsupported-stack",
                       "on an unsupported stack: " + "; ".join(pairing.get("problems", [])))

@@ -23,24 +23,16 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from harness.stack import requirements
+from harness.stack.upstream import PROFILE_RECORD, PROFILE_RECORD_ENV, profile_record
 
 KINDS = ("release", "forward")
 #: where ci/upstream.sh records the installed profile: in the environment it installed it
 #: into (beside the .pth of vllm-ascend's sources), so two venvs of one checkout keep theirs
-ACTIVE_NAME = "npu_regress_profile.json"
+ACTIVE_NAME = PROFILE_RECORD
 ROOT = Path(__file__).resolve().parents[2]
-
-
 #: another record to read (a test, a runner that keeps it elsewhere)
-RECORD_ENV = "HARNESS_PROFILE_RECORD"
-
-
-def active_file() -> Path:
-    import os
-    import sysconfig
-
-    return Path(os.environ.get(RECORD_ENV) or
-                Path(sysconfig.get_paths()["purelib"]) / ACTIVE_NAME)
+RECORD_ENV = PROFILE_RECORD_ENV
+active_file = profile_record
 
 
 class ProfileError(ValueError):
@@ -158,9 +150,13 @@ def main(argv: list[str] | None = None) -> int:
               f"unmet: install them, or list them under [not_installed] in {profile.path} "
               "with the reason", file=sys.stderr)
         return 1
-    print(f"npu-regress profile {profile.name}: every declared requirement of "
-          f"{', '.join(profile.distributions)} is met"
-          + (f" ({len(problems)} not, reported only)" if problems else ""))
+    if problems:
+        print(f"npu-regress profile {profile.name}: {len(problems)} declared requirement(s) "
+              "unmet, reported only (verify = \"report\": this profile's releases do not "
+              "agree with each other; that is what it shows)")
+    else:
+        print(f"npu-regress profile {profile.name}: every declared requirement of "
+              f"{', '.join(profile.distributions)} is met")
     return 0
 
 

@@ -96,6 +96,30 @@ def require(module: types.ModuleType, distribution: str, symbols: Iterable[str])
 UPSTREAM_DIR = Path(__file__).resolve().parents[2] / ".upstream"
 
 
+#: the file ci/upstream.sh records the installed stack profile in, in the environment's
+#: site-packages (``harness.stack.profile``); ``$HARNESS_PROFILE_RECORD`` names another
+PROFILE_RECORD = "npu_regress_profile.json"
+PROFILE_RECORD_ENV = "HARNESS_PROFILE_RECORD"
+
+
+def profile_record() -> Path:
+    import os
+    import sysconfig
+
+    return Path(os.environ.get(PROFILE_RECORD_ENV)
+                or Path(sysconfig.get_paths()["purelib"]) / PROFILE_RECORD)
+
+
+def _profile_source(name: str) -> str | None:
+    """The version of ``name`` the installed stack profile takes from sources, if any."""
+    import json
+
+    try:
+        return json.loads(profile_record().read_text(encoding="utf-8"))["sources"][name]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def torch_npu_file(relative: str) -> tuple[Path, str] | None:
     """A file of the torch_npu package (``include/...``) and the release it belongs to: from
     an installed torch_npu (found without importing it), else from the upstream set's
@@ -103,7 +127,10 @@ def torch_npu_file(relative: str) -> tuple[Path, str] | None:
     dirs = package_dirs("torch_npu")
     if dirs and (path := dirs[0] / relative).is_file():
         return path, release("torch-npu")
-    for tree in sorted(UPSTREAM_DIR.glob("torch-npu-*"), reverse=True):
+    trees = sorted(UPSTREAM_DIR.glob("torch-npu-*"), reverse=True)
+    wanted = _profile_source("torch-npu")  # the installed profile's, before any other
+    trees.sort(key=lambda tree: tree.name != f"torch-npu-{wanted}")
+    for tree in trees:
         path = tree / "torch_npu" / relative
         if path.is_file():
             return path, f"torch-npu {tree.name.removeprefix('torch-npu-')}"
