@@ -191,3 +191,12 @@ def pytest_configure(config):
     (header,) = [r for r in records if r["type"] == "header"]
     assert header["stack"]["pairing"]["supported"] is False
     run.stdout.fnmatch_lines(["*UNSUPPORTED STACK: vllm-ascend 0.23.0.post1 pairs with vllm*"])
+
+
+def test_a_finding_can_need_a_partner_release() -> None:
+    """verl 0.9.1's exact-source refusal shows on vLLM 0.23.x only: on 0.24.0 the patch finds
+    the fix upstream and compares nothing, so the ledger must not call that 'fixed'."""
+    finding = {f.id: f for f in verdicts.load_ledger()}["verl-glm52-dummy-batch-exact-source"]
+    assert finding.applies("0.9.1", {"vllm": "0.23.0"}.get)
+    assert not finding.applies("0.9.1", {"vllm": "0.24.0"}.get)
+    assert "vllm <0.24" in finding.reason("0.9.1")

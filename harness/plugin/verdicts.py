@@ -61,21 +61,32 @@ class Finding:
     match: str
     evidence: str
     fix: str = ""
+    #: other distributions whose range the finding needs: {distribution: specifier} (verl's
+    #: patch shows it only on the vLLM it runs its exact compare against)
+    also: tuple[tuple[str, str], ...] = ()
 
-    def applies(self, version: str | None) -> bool:
-        """Whether the installed ``version`` of its distribution is an affected release."""
-        if version is None:
-            return False
-        try:
-            have = Version(Version(version).public)
-        except InvalidVersion:
-            return False
-        return SpecifierSet(self.affected).contains(have, prereleases=True)
+    def applies(self, version: str | None,
+                versions: Any = installed_version) -> bool:
+        """Whether the installed ``version`` of its distribution is an affected release (and
+        each ``also`` distribution is in its range)."""
+        return _in(version, self.affected) and all(_in(versions(d), spec)
+                                                   for d, spec in self.also)
 
     def reason(self, version: str | None) -> str:
         fix = f"; fixed upstream by {self.fix}" if self.fix else ""
+        also = "".join(f", {d} {s}" for d, s in self.also)
         return (f"known release finding {self.id} ({self.distribution} {version}, ledger "
-                f"range {self.affected}): {self.title}{fix}")
+                f"range {self.affected}{also}): {self.title}{fix}")
+
+
+def _in(version: str | None, spec: str) -> bool:
+    if version is None:
+        return False
+    try:
+        have = Version(Version(version).public)
+    except InvalidVersion:
+        return False
+    return SpecifierSet(spec).contains(have, prereleases=True)
 
 
 class LedgerError(ValueError):
@@ -97,7 +108,8 @@ def load_ledger(path: Path | None = None) -> list[Finding]:
             raise LedgerError(f"{path}: finding #{i + 1} lacks {', '.join(missing)}")
         found.append(Finding(entry["id"], entry["title"], entry["distribution"],
                              entry["affected"], tuple(entry["cases"]), entry["match"],
-                             " ".join(entry["evidence"].split()), entry.get("fix", "")))
+                             " ".join(entry["evidence"].split()), entry.get("fix", ""),
+                             tuple(sorted(dict(entry.get("also", {})).items()))))
     return found
 
 
