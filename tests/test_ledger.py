@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.plugin import verdicts
-from harness.stack.upstream import package_dirs
+from harness.stack.upstream import PROFILE_RECORD_ENV, package_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
 TENSOR_SUM = ("suites/test_batch_invariant_switch.py::"
@@ -162,7 +162,7 @@ def test_a_forward_profile_files_findings_as_forward_compatibility(
 
     record = tmp_path / "profile.json"
     record.write_text(json.dumps(profile.load("forward").to_dict()))
-    monkeypatch.setenv(profile.RECORD_ENV, str(record))
+    monkeypatch.setenv(PROFILE_RECORD_ENV, str(record))
     pytester.makepyfile(test_f=FINDING_TEST)
     results = tmp_path / "r.jsonl"
     run = pytester.runpytest_subprocess(f"--harness-results={results}")

@@ -10,8 +10,6 @@ reason, or None); built in: ``bi_target`` (``InvarianceTarget.unavailable``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 
@@ -22,27 +20,26 @@ class AbsentHookspecs:
         session cannot run at all, else None. Cheap and import-free: called at collection."""
 
 
-def _bi_target_reason(item: pytest.Item, device_kind: str,
-                      npu_missing: str | None) -> tuple[str, str] | None:
-    callspec = getattr(item, "callspec", None)
-    name = callspec.params.get("bi_target") if callspec is not None else None
-    if name is None:
-        return None
-    from harness.invariance import get_target
-
-    reason = get_target(name).unavailable(device_kind, npu_missing)
-    return (f"batch-invariance target {name}", reason) if reason else None
-
-
 class AbsentTargets:
     def __init__(self, device_kind: str, npu_missing: str | None) -> None:
         self.device_kind = device_kind
         self.npu_missing = npu_missing
-        self._cache: dict[Any, tuple[str, str] | None] = {}
+        #: bi_target name -> its absence (asked once: the vllm target parses its module)
+        self._reasons: dict[str, tuple[str, str] | None] = {}
 
     @pytest.hookimpl(optionalhook=True, trylast=True)
     def pytest_harness_absent_target(self, item: pytest.Item) -> tuple[str, str] | None:
-        return _bi_target_reason(item, self.device_kind, self.npu_missing)
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("bi_target") if callspec is not None else None
+        if name is None:
+            return None
+        if name not in self._reasons:
+            from harness.invariance import get_target
+
+            reason = get_target(name).unavailable(self.device_kind, self.npu_missing)
+            self._reasons[name] = (f"batch-invariance target {name}", reason) \
+                if reason else None
+        return self._reasons[name]
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,

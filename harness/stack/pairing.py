@@ -23,8 +23,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from packaging.version import InvalidVersion, Version
-
 from harness.stack import requirements
 from harness.stack.upstream import version as installed_version
 
@@ -60,16 +58,8 @@ def table(path: Path = TABLE) -> dict[str, dict[str, dict[str, str]]]:
     return {group: {row["release"]: row for row in rows} for group, rows in data.items()}
 
 
-def _release(text: str) -> Version | None:
-    """The public release of a version (``0.23.0+empty`` -> 0.23.0), None if unparseable."""
-    try:
-        return Version(Version(text.removeprefix("v")).public)
-    except InvalidVersion:
-        return None
-
-
 def _same(have: str, want: str) -> bool:
-    a, b = _release(have), _release(want)
+    a, b = requirements.release_of(have), requirements.release_of(want)
     return a is not None and a == b
 
 

@@ -23,16 +23,12 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from harness.stack import requirements
-from harness.stack.upstream import PROFILE_RECORD, PROFILE_RECORD_ENV, profile_record
+from harness.stack.upstream import profile_record
 
 KINDS = ("release", "forward")
 #: where ci/upstream.sh records the installed profile: in the environment it installed it
 #: into (beside the .pth of vllm-ascend's sources), so two venvs of one checkout keep theirs
-ACTIVE_NAME = PROFILE_RECORD
 ROOT = Path(__file__).resolve().parents[2]
-#: another record to read (a test, a runner that keeps it elsewhere)
-RECORD_ENV = PROFILE_RECORD_ENV
-active_file = profile_record
 
 
 class ProfileError(ValueError):
@@ -104,7 +100,7 @@ def load(name_or_path: str | Path, root: Path = ROOT) -> Profile:
 def active(path: Path | None = None) -> Profile | None:
     """The profile ``ci/setup.sh`` installed in this environment, or None (an Ascend image's
     own stack, or no upstream set)."""
-    path = path or active_file()
+    path = path or profile_record()
     try:
         return from_dict(json.loads(path.read_text(encoding="utf-8")), str(path))
     except (OSError, ValueError):
@@ -138,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         return 0
     if action == "record":
-        path = active_file()
+        path = profile_record()
         path.write_text(json.dumps(profile.to_dict(), indent=1) + "\n", encoding="utf-8")
         print(f"npu-regress profile: {profile.name} ({profile.kind}) recorded in {path}")
         return 0

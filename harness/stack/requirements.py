@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -92,14 +93,31 @@ def declared(distribution: str) -> list[Requirement] | None:
     return _parse(path.read_text(encoding="utf-8", errors="replace").splitlines())
 
 
-def _satisfies(installed: str, req: Requirement) -> bool:
+def release_of(text: str) -> Version | None:
+    """The public release of a version (``0.23.0+empty``, ``v0.23.0`` -> 0.23.0), or None
+    when it does not parse."""
+    try:
+        return Version(Version(text.removeprefix("v")).public)
+    except InvalidVersion:
+        return None
+
+
+def in_range(installed: str | None, specifier: SpecifierSet | str) -> bool:
+    """Whether an installed version is inside ``specifier``; a local build (2.13.0+cpu,
+    0.23.0+empty) counts as the release it was built from."""
+    if installed is None:
+        return False
     try:
         have = Version(installed)
     except InvalidVersion:
         return False
-    # a local build (2.13.0+cpu, 0.23.0+empty) is the release it was built from
-    return req.specifier.contains(Version(have.public), prereleases=True) \
-        or req.specifier.contains(have, prereleases=True)
+    spec = SpecifierSet(specifier) if isinstance(specifier, str) else specifier
+    return spec.contains(Version(have.public), prereleases=True) \
+        or spec.contains(have, prereleases=True)
+
+
+def _satisfies(installed: str, req: Requirement) -> bool:
+    return in_range(installed, req.specifier)
 
 
 def unmet(distributions: Iterable[str],
@@ -115,7 +133,7 @@ def unmet(distributions: Iterable[str],
         reqs = declared(dist)
         if reqs is None:
             continue
-        skip = {canonicalize_name(n) for n in (*exempt.get("*", {}), *exempt.get(dist, {}))}
+        skip = _exempt(exempt, dist)
         for req in reqs:
             name = canonicalize_name(req.name)
             if name in skip or (keep is not None and name not in keep):
@@ -165,6 +183,16 @@ def closure(distributions: Iterable[str]) -> set[str]:
     return {k.split("[", 1)[0] for k in seen}
 
 
+def _exempt(exempt: Mapping[str, Mapping[str, str]], dist: str) -> set[str]:
+    """The requirement names ``dist`` declares that are not installed (``"*"``: anyone's)."""
+    return {canonicalize_name(n) for n in (*exempt.get("*", {}), *exempt.get(dist, {}))}
+
+
+def _with_extras(name: str, extras: Iterable[str]) -> str:
+    wanted = sorted(extras)
+    return f"{name}[{','.join(wanted)}]" if wanted else name
+
+
 def install_lines(distributions: Iterable[str],
                   exempt: Mapping[str, Mapping[str, str]] | None = None,
                   pins: Mapping[str, str] | None = None) -> list[str]:
@@ -180,22 +208,18 @@ def install_lines(distributions: Iterable[str],
     provided = {canonicalize_name(d) for d in distributions}
     lines: list[str] = []
     seen: set[str] = set()
+    extras: dict[str, set[str]] = {}
     for dist in distributions:
-        skip = {canonicalize_name(n) for n in (*exempt.get("*", {}), *exempt.get(dist, {}))}
+        skip = _exempt(exempt, dist)
         for req in declared(dist) or []:
             name = canonicalize_name(req.name)
+            extras.setdefault(name, set()).update(req.extras)
             if name in skip or name in pins or name in provided:  # a pin: every range
                 continue
-            line = f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}" \
-                   f"{req.specifier}"
+            line = f"{_with_extras(req.name, req.extras)}{req.specifier}"
             if line not in seen:
                 seen.add(line)
                 lines.append(line)
-    extras: dict[str, set[str]] = {}
-    for dist in distributions:
-        for req in declared(dist) or []:
-            extras.setdefault(canonicalize_name(req.name), set()).update(req.extras)
     for name, pin in pins.items():  # a pin keeps the extras its declarations ask for
-        wanted = sorted(extras.get(name, ()))
-        lines.append(f"{name}{'[' + ','.join(wanted) + ']' if wanted else ''}=={pin}")
+        lines.append(f"{_with_extras(name, extras.get(name, ()))}=={pin}")
     return lines
