@@ -174,6 +174,8 @@ class Card:
 
 #: what each cause-before-verdict category (harness.plugin.verdicts) tells the reader
 _CATEGORY_DIAGNOSES = (
+    ("release-finding", "a finding about the released code under test",
+     "the release's own code does this; the reference target passes the same check"),
     ("known-finding", "a known release finding (the ledger)",
      "listed in harness/plugin/known_findings.toml with its evidence and fix; not a new "
      "failure"),
@@ -195,10 +197,6 @@ _CATEGORY_DIAGNOSES = (
 
 def _diagnoses(family: str, res: TestResult, cell: Cell) -> list[Diagnosis]:
     found = []
-    if res.category == "release-finding":
-        found.append(Diagnosis("a finding about the released code under test",
-                               "the release's own code does this; the reference target "
-                               "passes the same check"))
     for category, title, text in _CATEGORY_DIAGNOSES:
         if res.category == category:
             found.append(Diagnosis(title, text))

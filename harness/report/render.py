@@ -67,6 +67,9 @@ TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "St
           "known_findings": "Known release findings (the ledger; not new failures)",
           "vanished": "Vanished (not collected tonight)",
           "not_run": "Not run (the night ended before them)"}
+#: the category sections (harness.plugin.verdicts), in the order summary.md lists them
+CATEGORY_KEYS = ("upstream_drift", "release_findings", "harness_causes", "unsupported_stack",
+                 "forward_compat", "fixed_upstream", "known_findings")
 #: rows of the skipped table in summary.md (all of them are in summary.json)
 MD_SKIPPED_ROWS = 200
 #: rows of every other table in summary.md
@@ -85,9 +88,7 @@ def summary_markdown(comp: Comparison) -> str:
              *[f"**{_md(a.text)}**" for a in page.alerts(comp)], "",
              "| | count |", "|---|---|"]
     for key in ("new_failures", "fixed", "still_failing", "flaky", "event_changes",
-                "newly_skipped", "vanished", "not_run", "upstream_drift",
-                "release_findings", "harness_causes", "unsupported_stack", "forward_compat",
-                "fixed_upstream", "known_findings"):
+                "newly_skipped", "vanished", "not_run", *CATEGORY_KEYS):
         lines.append(f"| {TITLES[key]} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
     lines.append(f"| Skipped | {skipped} |")
@@ -103,8 +104,7 @@ def summary_markdown(comp: Comparison) -> str:
         lines += _cap([f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['since'])} |"
                        for r in s["vanished"][:MD_ROWS + 1]], len(s["vanished"]))
     for key in ("still_failing", "flaky", "fixed", "newly_skipped", "not_run",
-                "upstream_drift", "release_findings", "harness_causes", "unsupported_stack",
-                "forward_compat", "fixed_upstream", "known_findings"):  # new failures: above
+                *CATEGORY_KEYS):  # new failures: above, with the hint
         if s[key]:
             lines += ["", f"## {TITLES[key]}", "", "| test | runner | outcome | since |",
                       "|---|---|---|---|"]
