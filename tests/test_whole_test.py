@@ -173,7 +173,7 @@ def test_a_unittest_class_marked_isolated_runs_in_a_child(pytester: pytest.Pytes
     pytester.runpytest_inprocess().assert_outcomes(passed=2)
 
 
-@pytest.mark.parametrize("fixture", ["request", "pytestconfig"])
+@pytest.mark.parametrize("fixture", ["cache"])
 def test_a_fixture_of_the_pytest_process_is_one_clear_line(pytester: pytest.Pytester,
                                                           fixture: str) -> None:
     pytester.makepyfile(f"def test_x({fixture}):\n    pass\n")

@@ -157,8 +157,17 @@ def _flush_and_exit(code: int) -> None:
     os._exit(code)
 
 
-def serve(sock_path: str, preload: list[str]) -> None:
-    """Entry point of the server process; prints one JSON handshake line on stdout."""
+class UnsafeWarmUp(Exception):
+    """Raised by a warm-up hook when what it loaded makes forking from this server unsafe
+    (an accelerator initialised, a thread started): the server refuses to serve, and the
+    parent starts one without the warm-up (``ForkServerLauncher.refused``)."""
+
+
+def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = None) -> None:
+    """Entry point of the server process; prints one JSON handshake line on stdout.
+
+    ``warmup`` (``"module:function"``, argument): called after the preload, to import more
+    (a pytest session's collected test modules); what it returns is in the handshake."""
     import importlib
 
     from harness.isolation.child import become_subreaper, end_descendants
@@ -174,6 +183,19 @@ def serve(sock_path: str, preload: list[str]) -> None:
         print(json.dumps({"error": f"preloading {name!r} failed: {type(exc).__name__}: {exc}"}),
               flush=True)
         return
+    warmed: Any = None
+    if warmup is not None:
+        hook, argument = warmup
+        module, _, function = hook.partition(":")
+        try:
+            warmed = getattr(importlib.import_module(module), function)(argument)
+        except UnsafeWarmUp as exc:
+            print(json.dumps({"error": str(exc), "refused": str(exc)}), flush=True)
+            return
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
+            why = f"the warm-up {hook} failed: {type(exc).__name__}: {exc}"
+            print(json.dumps({"error": why, "refused": why}), flush=True)
+            return
     bad = accelerator_state()
     if bad:
         print(json.dumps({"error": bad + "; forked children would break"}), flush=True)
@@ -187,7 +209,7 @@ def serve(sock_path: str, preload: list[str]) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
+    print(json.dumps({"ready": True, "pid": os.getpid(), "warmup": warmed}), flush=True)
     waiting: dict[int, socket.socket] = {}
     execs: dict[int, subprocess.Popen[bytes]] = {}
     spare: list[tuple[int, int]] = []  # (pid, write end of its request pipe): at most one
@@ -347,15 +369,18 @@ class _ForkedHandle:
 class ForkServerLauncher:
     name = "forkserver"
 
-    def __init__(self, preload: tuple[str, ...] = DEFAULT_PRELOAD) -> None:
+    def __init__(self, preload: tuple[str, ...] = DEFAULT_PRELOAD,
+                 warmup: tuple[str, str] | None = None) -> None:
         self.preload = tuple(preload)
+        self.warmup = warmup
         self._dir = str(workdirs.make("fs"))
         self.sock_path = os.path.join(self._dir, "sock")
         package_root = PACKAGE_ROOT
         code = (
             f"import sys; sys.path.insert(0, {package_root!r}); "
             "from harness.isolation.server import serve; "
-            f"serve({self.sock_path!r}, {list(self.preload)!r})"
+            f"serve({self.sock_path!r}, {list(self.preload)!r}"
+            + (f", {warmup!r})" if warmup else ")")
         )
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in [package_root, *sys.path] if isinstance(p, str) and p))
@@ -366,6 +391,10 @@ class ForkServerLauncher:
         )
         self._error: str | None = None
         self._ready = False
+        #: what the warm-up hook returned (handshake), or why the server refused to serve
+        #: after it (then no other server of this kind would serve either)
+        self.warmed: Any = None
+        self.refused: str | None = None
         #: how the server this one replaced ended, until a child's result has said so
         self.replaced: str | None = None
         atexit.register(self.close)
@@ -377,9 +406,11 @@ class ForkServerLauncher:
             line = self._handshake()
             if "error" in line:
                 self._error = line["error"]
+                self.refused = line.get("refused")
                 self.close()
             else:
                 self._ready = True
+                self.warmed = line.get("warmup")
         if self._error is not None:
             raise ForkServerUnavailable(self._error)
         if not self.alive():

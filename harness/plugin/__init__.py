@@ -67,6 +67,14 @@ class HarnessSession:
     terminated: str | None = None
     #: the active stack profile and the pairing verdict (``harness.plugin.verdicts``)
     stack: dict[str, Any] = field(default_factory=dict)
+    #: (hook, argument) the server runs after its preload: ``harness.plugin.preload``
+    warmup: tuple[str, str] | None = None
+    #: why the server refused to serve after the warm-up (it then runs without it)
+    warm_refused: str | None = None
+    #: the warm-up's plan (``harness.plugin.preload.Plan``), for the header
+    warm_plan: Any = None
+    #: whether --isolation-preload / its ini key was given (kept under a warm-up)
+    preload_explicit: bool = False
     _launcher: Launcher | None = field(default=None, repr=False)
     _server: ReplacingForkServer | None = field(default=None, repr=False)
     _previous_sigterm: Any = field(default=None, repr=False)
@@ -92,15 +100,28 @@ class HarnessSession:
         """Start this session's forkserver now, without waiting for it to be ready."""
         if self._server is None:
             self._server = ReplacingForkServer(
-                lambda: ForkServerLauncher(self.preload), allow_spawn=self.method == "auto",
+                lambda: ForkServerLauncher(self.preload, self.warmup),
+                allow_spawn=self.method == "auto",
                 warn=lambda message: warnings.warn(HarnessWarning(message), stacklevel=1))
 
     def _own_server(self) -> ReplacingForkServer:
         """This session's server (closed with the session, unlike the shared one), replaced
-        if it dies (``ReplacingForkServer``)."""
+        if it dies (``ReplacingForkServer``). One that refused to serve after its warm-up
+        (a test module made forking unsafe) is replaced by one without it."""
         self.prestart()
         assert self._server is not None
-        self._server.ensure_ready()
+        try:
+            self._server.ensure_ready()
+        except ForkServerUnavailable:
+            refused = self._server.server.refused
+            if refused is None or self.warmup is None:
+                raise
+            self.warm_refused, self.warmup = refused, None
+            self._server.close()
+            self._server = None
+            self.prestart()
+            assert self._server is not None
+            self._server.ensure_ready()
         return self._server
 
     def close(self) -> None:
@@ -265,6 +286,8 @@ def pytest_configure(config: pytest.Config) -> None:
     session = HarnessSession(
         device=device, timeout=timeout, method=method, preload=preload, npu=npu,
         worker_id=workerinput.get("workerid") if workerinput else None,
+        preload_explicit=config.getoption("harness_isolation_preload") is not None
+        or config.getini("harness_isolation_preload") != ",".join(DEFAULT_PRELOAD),
     )
     try:
         requirements = require.parse(_option(config, "harness_require"))
@@ -305,8 +328,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     xdist_controller = bool(getattr(session.config.option, "numprocesses", None)) and \
         not hasattr(session.config, "workerinput")  # runs no test itself
     if session.config.getoption("harness_isolate_all") and not xdist_controller and \
-            harness_session.method in ("auto", "forkserver"):
-        harness_session.prestart()  # its torch import overlaps collection
+            harness_session.method in ("auto", "forkserver") and \
+            harness_session.preload_explicit:
+        # its imports overlap collection; without an explicit preload the server starts
+        # after collection, holding the collected modules (``harness.plugin.preload``)
+        harness_session.prestart()
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -23,6 +23,7 @@ ways out instead of pytest-forked's "EXITED with status 3".
 from __future__ import annotations
 
 import contextlib
+import pickle
 import warnings
 from typing import Any
 
@@ -30,12 +31,15 @@ import pytest
 
 from harness.isolation.run import dumps, isolate
 from harness.isolation.server import accelerator_state
-from harness.plugin import forked_probe, whole_test_child
+from harness.plugin import failure_repr, fixture_views, forked_probe, preload, whole_test_child
 from harness.plugin.attach import attach_result
 
-#: fixtures bound to the pytest process itself: an isolated test cannot use them
-IN_PROCESS_ONLY = ("request", "pytestconfig", "pytester", "testdir", "cache",
-                   "tmp_path_factory", "tmpdir_factory")
+#: fixtures bound to the pytest process itself: an isolated test cannot use them (of
+#: ``request``, ``pytestconfig`` and the temp-path factories it gets a view:
+#: ``harness.plugin.fixture_views``)
+IN_PROCESS_ONLY = ("pytester", "testdir", "cache")
+#: the report's traceback as the child rendered it (``harness.plugin.failure_repr``)
+LONGREPR_KEY = pytest.StashKey[Any]()
 
 FORK_GUARD_KEY = pytest.StashKey[str]()
 
@@ -122,6 +126,7 @@ class WholeTestIsolation:
 
     def __init__(self, session: Any) -> None:
         self.session = session
+        self._render: failure_repr.RenderSettings | None = None
 
     @pytest.hookimpl(trylast=True)
     def pytest_harness_accelerator_state(self, config: pytest.Config) -> str | None:
@@ -134,6 +139,36 @@ class WholeTestIsolation:
         if marker is not None and marker.args and not marker.args[0]:
             return False  # @pytest.mark.isolated(False): stays in the pytest process
         return marker or bool(item.config.getoption("harness_isolate_all"))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Start the isolation server now, holding the collected test modules and conftests
+        (``harness.plugin.preload``): each isolated test then pays a fork, not an import."""
+        harness = self.session
+        config = session.config
+        controller = bool(getattr(config.option, "numprocesses", None)) and \
+            not hasattr(config, "workerinput")
+        if controller or harness.method not in ("auto", "forkserver") or \
+                harness._server is not None or harness._launcher is not None:
+            return
+        found = preload.plan(session.items, self._isolated)
+        if found is None:
+            return
+        harness.preload = found.preload(harness.preload if harness.preload_explicit else None)
+        harness.warmup = (preload.HOOK, found.write())
+        harness.warm_plan = found
+        harness.prestart()
+
+    def pytest_report_collectionfinish(self, config: pytest.Config) -> list[str]:
+        harness = self.session
+        if harness.warm_plan is None:
+            return []
+        server = None
+        with contextlib.suppress(Exception, pytest.fail.Exception):
+            server = harness._own_server().server
+        if server is None:
+            return []
+        return [preload.header(harness.warm_plan, server.warmed, harness.warm_refused)]
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
@@ -173,7 +208,11 @@ class WholeTestIsolation:
         res = isolate(fn, (), {}, timeout=float(timeout), env=env, contexts=contexts,
                       launcher=self.session.launcher(), mark_child=device)
         attach_result(item, res)
-        self._replay(item, res.extras.get("test") or {})
+        report = res.extras.get("test") or {}
+        self._replay(item, report)
+        if report.get("longrepr") and res.outcome in ("raised", "fail", "error"):
+            with contextlib.suppress(Exception):
+                item.stash[LONGREPR_KEY] = pickle.loads(report["longrepr"])
         res.raise_for_outcome()
         if res.value is not None and not unittest:
             from _pytest.warning_types import PytestReturnNotNoneWarning
@@ -196,11 +235,13 @@ class WholeTestIsolation:
                     "@pytest.mark.isolated(False).", pytrace=False)
         child_built = [n for n in names if n in whole_test_child.CHILD_BUILT]
         replayed = [n for n in names if n in whole_test_child.REPLAYED]
+        viewed = [n for n in names if n in fixture_views.VIEWED]
         funcargs = {n: item.funcargs[n] for n in names
-                    if n not in child_built and n not in replayed}
+                    if n not in child_built and n not in replayed and n not in viewed}
         instance = None if unittest or item.cls is None else item.instance
         data = {"funcargs": funcargs, "filters": list(warnings.filters), "instance": instance,
-                "child_built": child_built, "replayed": replayed}
+                "child_built": child_built, "replayed": replayed,
+                "in_process": fixture_views.views(item, viewed)}
         blob: bytes | None = None
         with contextlib.suppress(Exception):  # named below, outside a handler (no chaining)
             blob = dumps(data)
@@ -216,8 +257,13 @@ class WholeTestIsolation:
         call = whole_test_child.TestCall(
             module=module.__name__, path=str(module.__file__), qualname=qualname, blob=blob,
             code=whole_test_child.module_code(str(module.__file__), item.config), unittest=unittest,
-            log=_log_settings(item.config))
+            log=_log_settings(item.config), render=self._render_settings(item.config))
         return call, {"test": whole_test_child.collect}
+
+    def _render_settings(self, config: pytest.Config) -> failure_repr.RenderSettings:
+        if self._render is None:
+            self._render = failure_repr.RenderSettings.of(config)
+        return self._render
 
     def _replay(self, item: pytest.Function, report: dict[str, Any]) -> None:
         """What the child recorded, where pytest in this process would have it."""
@@ -228,6 +274,8 @@ class WholeTestIsolation:
             item.add_report_section("call", "log", report["log"])
         for name, args in report.get("replay") or ():
             item.funcargs[name](*args)
+        for subtest in report.get("subtests") or ():
+            _report_subtest(item, subtest)
         after = report.get("funcargs_after")
         if after:
             import cloudpickle
@@ -235,6 +283,18 @@ class WholeTestIsolation:
             with contextlib.suppress(Exception):
                 for name, value in cloudpickle.loads(after).items():
                     _restore_in_place(item.funcargs[name], value)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        """A failure of an isolated test shows the child's rendering of it: the test's own
+        frames, the assertion detail (``harness.plugin.failure_repr``)."""
+        report = yield
+        longrepr = item.stash.get(LONGREPR_KEY, None)
+        if longrepr is not None and call.when == "call":
+            del item.stash[LONGREPR_KEY]
+            if report.failed and call.excinfo is not None:
+                report.longrepr = longrepr
+        return report
 
     # --- the fork guard --------------------------------------------------------------------
 
@@ -270,6 +330,43 @@ class WholeTestIsolation:
         message = item.stash.get(FORK_GUARD_KEY, None)
         if message:
             pytest.fail(message, pytrace=False)
+
+
+class _SubtestFailed(Exception):
+    """A failed subtest whose exception could not travel back: its type and message."""
+
+
+def _report_subtest(item: pytest.Item, subtest: dict[str, Any]) -> None:
+    """A unittest ``subTest`` of the child, reported as pytest 9 reports one in process
+    (``TestCaseFunction.addSubTest``): a ``SubtestReport`` per subtest, failures with the
+    child's rendering. Older pytest has no subtest reports: a failed one fails the test."""
+    try:
+        from _pytest.runner import CallInfo
+        from _pytest.subtests import SubtestContext, SubtestReport
+    except ImportError:
+        if subtest.get("failed"):
+            pytest.fail(f"subtest {subtest.get('kwargs')}: {subtest.get('message')}",
+                        pytrace=False)
+        return
+    excinfo = None
+    if subtest.get("failed"):
+        exc: BaseException = _SubtestFailed(subtest.get("message") or "subtest failed")
+        with contextlib.suppress(Exception):
+            exc = pickle.loads(subtest["exception"]) if subtest.get("exception") else exc
+        try:
+            raise exc
+        except BaseException:  # noqa: BLE001 - only its ExceptionInfo is wanted
+            excinfo = pytest.ExceptionInfo.from_current()
+        if subtest.get("longrepr"):
+            with contextlib.suppress(Exception):
+                item.stash[LONGREPR_KEY] = pickle.loads(subtest["longrepr"])
+    call = CallInfo[None](None, excinfo, start=0, stop=0, duration=0, when="call",
+                          _ispytest=True)
+    report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+    sub_report = SubtestReport._new(
+        report, SubtestContext(msg=subtest.get("msg"), kwargs=subtest.get("kwargs") or {}),
+        captured_output=None, captured_logs=None)
+    item.ihook.pytest_runtest_logreport(report=sub_report)
 
 
 def _fork_refusal(item: pytest.Item) -> str | None:

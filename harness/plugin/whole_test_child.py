@@ -31,6 +31,7 @@ import logging
 import marshal
 import os
 import sys
+import unittest
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.isolation.child import _pack
+from harness.plugin import failure_repr, fixture_views
 
 #: fixtures the child builds for itself (the parent's are bound to the parent's process)
 CHILD_BUILT = ("capsys", "capsysbinary", "capfd", "capfdbinary", "caplog", "recwarn",
@@ -123,6 +125,8 @@ class TestCall:
     code: bytes | None = None
     unittest: bool = False
     log: dict[str, Any] = field(default_factory=dict)
+    #: the parent's rendering settings: a failure comes back rendered as pytest renders it
+    render: failure_repr.RenderSettings | None = None
 
     __test__ = False  # not a test class, whatever pytest's patterns say
 
@@ -132,24 +136,40 @@ class TestCall:
         module = import_test_module(self.module, self.path, self.code)
         data = cloudpickle.loads(self.blob)
         report = _report if _report is not None else {}
+        detail = (failure_repr.assertion_detail(self.render, import_test_module)
+                  if self.render is not None else contextlib.nullcontext())
         with warnings.catch_warnings(record=True) as caught, \
-                _log_capture(self.log, report) as caplog_stash:
+                _log_capture(self.log, report) as caplog_stash, detail:
             warnings.filters[:] = data["filters"]
             try:
                 if self.unittest:
-                    return _run_unittest(module, self.qualname)
+                    return _run_unittest(module, self.qualname, self.render, report)
                 fn = _resolve(module, self.qualname, data.get("instance"))
                 with contextlib.ExitStack() as stack:
                     kwargs = dict(data["funcargs"])
                     kwargs.update(_child_built(data["child_built"], stack, caplog_stash))
                     kwargs.update(_replayed(data["replayed"], report))
+                    kwargs.update(fixture_views.bound(data.get("in_process") or {}, fn,
+                                                      module))
                     try:
                         return fn(**kwargs)
+                    except BaseException as exc:
+                        if self.render is not None and _rendered(exc):
+                            report["longrepr"] = failure_repr.render(exc, fn, self.render)
+                        raise
                     finally:
                         # what does not travel back stays as it was in the parent
                         report["funcargs_after"] = _pack(data["funcargs"])[0]
             finally:
                 report["warnings"] = [_warning_record(w) for w in caught]
+
+
+def _rendered(exc: BaseException) -> bool:
+    """Whether pytest would show ``exc`` as a failure (not a skip, an xfail or an exit)."""
+    outcomes = sys.modules.get("_pytest.outcomes")
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        return False
+    return outcomes is None or not isinstance(exc, (outcomes.Skipped, outcomes.XFailed))
 
 
 def _resolve(module: Any, qualname: str, instance: Any) -> Any:
@@ -252,26 +272,65 @@ def _log_capture(log: dict[str, Any], report: dict[str, Any]) -> Iterator[Any]:
         report["log"] = report_handler.stream.getvalue().strip()
 
 
-def _run_unittest(module: Any, qualname: str) -> None:
+def _run_unittest(module: Any, qualname: str, render: failure_repr.RenderSettings | None,
+                  report: dict[str, Any]) -> None:
     """Run one TestCase method as a suite (class and module fixtures included) and end as
-    pytest would report it: failed with the traceback, skipped, xfailed."""
-    import unittest
-
+    pytest would report it: failed with the test's own exception, skipped, xfailed; each
+    ``subTest`` comes back as pytest reports it (``report["subtests"]``), and a failing
+    subtest does not fail the test itself (as in pytest 9)."""
     import pytest
 
     cls_name, _, method = qualname.rpartition(".")
     cls = _resolve(module, cls_name, None)
-    result = unittest.TestResult()
+    result = _UnittestResult(render, getattr(cls, method, None), report)
     unittest.TestSuite([cls(method)]).run(result)
-    problems = [text for _, text in result.errors + result.failures]
-    if problems:
-        pytest.fail("\n".join(problems), pytrace=False)
+    if result.raw:
+        kind, value, tb = result.raw[0]
+        if render is not None:
+            value = value if value is not None else kind()
+            report["longrepr"] = failure_repr.render(value.with_traceback(tb),
+                                                     getattr(cls, method), render, True)
+        raise value.with_traceback(tb)
     if result.unexpectedSuccesses:
         pytest.fail("Unexpected success", pytrace=False)
     if result.expectedFailures:
         pytest.xfail(_last_line(result.expectedFailures[0][1]))
     if result.skipped:
         pytest.skip(result.skipped[0][1])
+
+
+class _UnittestResult(unittest.TestResult):
+    """A ``unittest.TestResult`` that keeps the raw exceptions (pytest renders them from
+    their frames) and the subtests, rendered while their frames still exist."""
+
+    def __init__(self, render: failure_repr.RenderSettings | None, obj: Any,
+                 report: dict[str, Any]) -> None:
+        super().__init__()
+        self.raw: list[Any] = []
+        self._render, self._obj = render, obj
+        self._subtests: list[dict[str, Any]] = report.setdefault("subtests", [])
+
+    # Not TestResult's own: it cuts unittest's frames off the traceback in place, where
+    # pytest (whose item is the result in process) keeps them
+    def addError(self, test: Any, err: Any) -> None:  # noqa: N802 - unittest's names
+        self.raw.append(err)
+
+    def addFailure(self, test: Any, err: Any) -> None:  # noqa: N802
+        self.raw.append(err)
+
+    def addSubTest(self, test: Any, subtest: Any, err: Any) -> None:  # noqa: N802
+        from unittest.case import _subtest_msg_sentinel  # type: ignore[attr-defined]
+
+        entry: dict[str, Any] = {
+            "msg": None if subtest._message is _subtest_msg_sentinel else str(subtest._message),
+            "kwargs": dict(subtest.params), "failed": err is not None}
+        if err is not None:
+            entry["exception"] = _pack(err[1])[0]
+            entry["message"] = f"{err[0].__name__}: {err[1]}"
+            if self._render is not None:
+                entry["longrepr"] = failure_repr.render(
+                    err[1].with_traceback(err[2]), self._obj, self._render, True)
+        self._subtests.append(entry)
 
 
 def _last_line(text: str) -> str:

@@ -1,0 +1,211 @@
+"""A whole test's failure, rendered in the isolated child exactly as pytest renders it.
+
+Only the child has the failing frames, so the child renders: pytest's own traceback
+filter (cut at the test function, ``__tracebackhide__``, unittest's frames) and its
+``_repr_failure_py``, run on a stand-in item that answers what they read of an item and a
+config from the parent's settings (``--tb``, ``-l``, ``-v``, ``--full-trace``). The result
+is the report's ``longrepr`` as in-process pytest builds it (a ``ReprExceptionInfo``: it
+pickles, and xdist serialises it), so the last traceback line names the test's file, JUnit
+writes the same message and text, and the short summary reads the same.
+
+Assertion detail: the rewritten assert asks ``_pytest.assertion.util._reprcompare`` for the
+comparison ("At index 2 diff: 3 != 4", the full diff under ``-vv``); pytest sets it around
+each test in its own process only, so the child sets it too: conftest
+``pytest_assertrepr_compare`` hooks first, then pytest's own comparison, truncated as
+pytest truncates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import pickle
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+#: the options pytest's rendering reads (``Node._repr_failure_py``, ``Function``'s filter)
+OPTIONS = ("fulltrace", "tbstyle", "showlocals", "assertmode", "verbose")
+#: ini values the assertion explanation reads (``_pytest.assertion.truncate``)
+INI = ("truncation_limit_lines", "truncation_limit_chars")
+
+
+@dataclass
+class RenderSettings:
+    """What of the parent's config the child's rendering needs (plain data: it pickles)."""
+
+    options: dict[str, Any] = field(default_factory=dict)
+    ini: dict[str, Any] = field(default_factory=dict)
+    verbosity: dict[str, int] = field(default_factory=dict)
+    invocation_dir: str = "."
+    diff_style: str = "ndiff"
+    markup: bool = False
+    code_highlight: bool = False
+    #: conftest modules (name, file) that implement ``pytest_assertrepr_compare``
+    compare_hooks: list[tuple[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, config: Any) -> RenderSettings:
+        from _pytest.config import Config
+
+        settings = cls(invocation_dir=str(config.invocation_params.dir))
+        for name in OPTIONS:
+            settings.options[name] = config.getoption(name, None)
+        for name in INI:
+            with contextlib.suppress(ValueError, KeyError):
+                settings.ini[name] = config.getini(name)
+        settings.verbosity[""] = config.get_verbosity()
+        for kind in ("VERBOSITY_ASSERTIONS", "VERBOSITY_TEST_CASES"):
+            if hasattr(Config, kind):
+                settings.verbosity[getattr(Config, kind)] = \
+                    config.get_verbosity(getattr(Config, kind))
+        with contextlib.suppress(Exception):
+            from _pytest.assertion import util
+
+            settings.diff_style = util.get_assertion_text_diff_style(config)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            writer = config.get_terminal_writer()
+            settings.markup = bool(writer.hasmarkup)
+            settings.code_highlight = bool(getattr(writer, "code_highlight", False))
+        for plugin in config.pluginmanager.get_plugins():
+            file = getattr(plugin, "__file__", None)
+            if file and Path(file).name == "conftest.py" and \
+                    callable(getattr(plugin, "pytest_assertrepr_compare", None)):
+                settings.compare_hooks.append((plugin.__name__, str(file)))
+        return settings
+
+
+class _Config:
+    """The parts of ``pytest.Config`` that pytest's failure rendering reads."""
+
+    def __init__(self, settings: RenderSettings) -> None:
+        self._settings = settings
+        self.invocation_params = SimpleNamespace(dir=Path(settings.invocation_dir))
+        self.option = SimpleNamespace(**settings.options)
+
+    def getoption(self, name: str, default: Any = None, skip: bool = False) -> Any:
+        value = self._settings.options.get(name)
+        return default if value is None else value
+
+    getvalue = getoption
+
+    def getini(self, name: str) -> Any:
+        return self._settings.ini.get(name)
+
+    def get_verbosity(self, verbosity_type: str | None = None) -> int:
+        verbosity = self._settings.verbosity
+        return verbosity.get(verbosity_type or "", verbosity.get("", 0))
+
+
+class _Node:
+    """A stand-in for the test's item: pytest's filter and rendering run on it unchanged."""
+
+    def __init__(self, config: _Config, obj: Any, unittest: bool) -> None:
+        self.config = config
+        self._obj = obj
+        self.unittest = unittest
+
+    @property
+    def obj(self) -> Any:
+        return self._obj
+
+    def _traceback_filter(self, excinfo: Any) -> Any:
+        from _pytest.python import Function
+
+        traceback = Function._traceback_filter(self, excinfo)  # type: ignore[arg-type]
+        if self.unittest:  # as TestCaseFunction: unittest's own frames are hidden
+            kept = traceback.filter(lambda entry: not entry.frame.f_globals.get("__unittest"))
+            traceback = kept or traceback
+        return traceback
+
+    def repr_failure(self, excinfo: Any) -> Any:
+        from _pytest.nodes import Node
+
+        style = self.config.getoption("tbstyle", "auto")
+        return Node._repr_failure_py(self, excinfo,  # type: ignore[arg-type]
+                                     style="long" if style == "auto" else style)
+
+
+def render(exc: BaseException, obj: Any, settings: RenderSettings,
+           unittest: bool = False) -> bytes | None:
+    """``exc`` (raised by the test ``obj``) as pytest's pickled ``longrepr``; None when it
+    cannot be rendered or sent (the parent then shows what it has)."""
+    try:
+        from _pytest._code import ExceptionInfo
+
+        excinfo = ExceptionInfo.from_exception(exc)
+        longrepr = _Node(_Config(settings), obj, unittest).repr_failure(excinfo)
+        return pickle.dumps(longrepr)
+    except Exception:  # noqa: BLE001 - a failure to render must not hide the failure
+        return None
+
+
+@contextlib.contextmanager
+def assertion_detail(settings: RenderSettings, load: Callable[[str, str, None], Any]
+                     ) -> Iterator[None]:
+    """Around the test in the child: what pytest's assertion plugin sets around a test.
+    ``load(name, file, None)`` imports a conftest that is not loaded yet."""
+    try:
+        from _pytest.assertion import truncate, util
+    except ImportError:
+        yield
+        return
+    config = _Config(settings)
+    holder = SimpleNamespace(config=config)
+
+    def explain(op: str, left: object, right: object) -> list[str] | None:
+        for name, file in settings.compare_hooks:
+            hook = getattr(_conftest(name, file, load), "pytest_assertrepr_compare", None)
+            if hook is None:
+                continue
+            wanted = inspect.signature(hook).parameters
+            given = {"config": config, "op": op, "left": left, "right": right}
+            lines = hook(**{k: v for k, v in given.items() if k in wanted})
+            if lines:
+                return list(lines)
+        lines = list(util.assertrepr_compare(
+            op=op, left=left, right=right,
+            verbose=config.get_verbosity("assertions"),
+            highlighter=_highlighter(settings),
+            assertion_text_diff_style=settings.diff_style))  # type: ignore[arg-type]
+        return lines or None
+
+    def callbinrepr(op: str, left: object, right: object) -> str | None:
+        # as _pytest.assertion.pytest_runtest_protocol's callbinrepr
+        lines = explain(op, left, right)
+        if not lines:
+            return None
+        lines = truncate.truncate_if_required(lines, holder)  # type: ignore[arg-type]
+        res = "\n~".join(line.replace("\n", "\\n") for line in lines)
+        return res.replace("%", "%%") if config.getoption("assertmode") == "rewrite" else res
+
+    saved = util._reprcompare, util._config
+    util._reprcompare = callbinrepr
+    util._config = config  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        util._reprcompare, util._config = saved
+
+
+def _highlighter(settings: RenderSettings) -> Any:
+    from _pytest._io import TerminalWriter
+
+    writer = TerminalWriter(file=io.StringIO())
+    writer.hasmarkup = settings.markup
+    writer.code_highlight = settings.code_highlight
+    return writer._highlight
+
+
+def _conftest(name: str, file: str, load: Callable[[str, str, None], Any]) -> Any:
+    module = sys.modules.get(name)
+    if module is not None and getattr(module, "__file__", None) == file:
+        return module
+    with contextlib.suppress(Exception):
+        return load(name, file, None)
+    return None
