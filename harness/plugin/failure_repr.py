@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 #: the options pytest's rendering reads (``Node._repr_failure_py``, ``Function``'s filter)
-OPTIONS = ("fulltrace", "tbstyle", "showlocals", "assertmode", "verbose")
+OPTIONS = ("fulltrace", "tbstyle", "showlocals", "assertmode", "verbose", "doctestreport")
 #: ini values the assertion explanation reads (``_pytest.assertion.truncate``)
 INI = ("truncation_limit_lines", "truncation_limit_chars")
 
@@ -131,6 +131,11 @@ class _Node:
                                      style="long" if style == "auto" else style)
 
 
+def stand_in(settings: RenderSettings, obj: Any = None, unittest: bool = False) -> _Node:
+    """The stand-in item whose config answers from ``settings``."""
+    return _Node(_Config(settings), obj, unittest)
+
+
 def render(exc: BaseException, obj: Any, settings: RenderSettings,
            unittest: bool = False) -> bytes | None:
     """``exc`` (raised by the test ``obj``) as pytest's pickled ``longrepr``; None when it
@@ -139,7 +144,7 @@ def render(exc: BaseException, obj: Any, settings: RenderSettings,
         from _pytest._code import ExceptionInfo
 
         excinfo = ExceptionInfo.from_exception(exc)
-        longrepr = _Node(_Config(settings), obj, unittest).repr_failure(excinfo)
+        longrepr = stand_in(settings, obj, unittest).repr_failure(excinfo)
         return pickle.dumps(longrepr)
     except Exception:  # noqa: BLE001 - a failure to render must not hide the failure
         return None

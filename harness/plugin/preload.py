@@ -67,19 +67,27 @@ def plan(items: Sequence[pytest.Item], isolated: Any) -> Plan | None:
     no collected test runs isolated as a whole test."""
     from harness.plugin import whole_test_child
 
+    from _pytest.doctest import DoctestItem, DoctestTextfile
+
     config = None
-    tests: dict[str, tuple[str, str]] = {}
+    tests: dict[str, tuple[str, bool]] = {}  # name: (file, asserts rewritten)
     torch = False
     for item in items:
         if "run_on_npu" in getattr(getattr(item, "_fixtureinfo", None), "argnames", ()):
             torch = True
+        if isinstance(item, DoctestItem) and isolated(item):
+            config = item.config
+            globs = item.dtest.globs
+            if not isinstance(item.parent, DoctestTextfile) and globs.get("__file__"):
+                tests.setdefault(str(globs["__name__"]), (str(globs["__file__"]), False))
+            continue
         if not isinstance(item, pytest.Function) or not isolated(item):
             continue
         config = item.config
         module = item.module
         path = getattr(module, "__file__", None)
-        if path and module.__name__ not in tests:
-            tests[module.__name__] = (module.__name__, str(path))
+        if path:  # a test module's asserts are rewritten (its doctests' import is not)
+            tests[module.__name__] = (str(path), True)
     if config is None:
         return None
     found = Plan(torch=torch)
@@ -92,8 +100,9 @@ def plan(items: Sequence[pytest.Item], isolated: Any) -> Plan | None:
         found.modules.append((module.__name__, str(module.__file__),
                               whole_test_child.module_code(str(module.__file__), config)))
     found.conftests = len(found.modules)
-    for name, path in tests.values():
-        found.modules.append((name, path, whole_test_child.module_code(path, config)))
+    for name, (path, rewritten) in tests.items():
+        found.modules.append(
+            (name, path, whole_test_child.module_code(path, config) if rewritten else None))
     return found
 
 

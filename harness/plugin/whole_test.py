@@ -31,7 +31,14 @@ import pytest
 
 from harness.isolation.run import dumps, isolate
 from harness.isolation.server import accelerator_state
-from harness.plugin import failure_repr, fixture_views, forked_probe, preload, whole_test_child
+from harness.plugin import (
+    doctest_child,
+    failure_repr,
+    fixture_views,
+    forked_probe,
+    preload,
+    whole_test_child,
+)
 from harness.plugin.attach import attach_result
 
 #: fixtures bound to the pytest process itself: an isolated test cannot use them (of
@@ -181,28 +188,34 @@ class WholeTestIsolation:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        """unittest.TestCase tests never reach ``pytest_pyfunc_call``: run them isolated
-        through their ``runtest``."""
+        """unittest.TestCase tests and doctests never reach ``pytest_pyfunc_call``: run them
+        isolated through their ``runtest``."""
+        from _pytest.doctest import DoctestItem
         from _pytest.unittest import TestCaseFunction
 
-        selected = isinstance(item, TestCaseFunction) and self._isolated(item)
+        selected = isinstance(item, (TestCaseFunction, DoctestItem)) and self._isolated(item)
         if not selected:
             return (yield)
         marker = selected if isinstance(selected, pytest.Mark) else None
-        item.runtest = lambda: self._run(item, marker, unittest=True)  # type: ignore[method-assign]
+        kind = "doctest" if isinstance(item, DoctestItem) else "unittest"
+        item.runtest = lambda: self._run(item, marker, kind)  # type: ignore[method-assign]
         try:
             return (yield)
         finally:
             del item.runtest
 
-    def _run(self, item: pytest.Function, marker: pytest.Mark | None,
-             unittest: bool = False) -> None:
+    def _run(self, item: Any, marker: pytest.Mark | None, kind: str = "function") -> None:
         __tracebackhide__ = True
         opts = dict(marker.kwargs) if marker else {}
         timeout_marker = item.get_closest_marker("isolation_timeout")
         timeout = opts.get("timeout") or (float(timeout_marker.args[0]) if timeout_marker
                                           else self.session.timeout)
-        fn, contexts = self._shippable(item, unittest)
+        unittest = kind == "unittest"
+        if kind == "doctest":
+            fn: Any = doctest_child.call_for(item, self._render_settings(item.config))
+            contexts: dict[str, Any] = {"test": whole_test_child.collect}
+        else:
+            fn, contexts = self._shippable(item, unittest)
         device = any(item.iter_markers("npu")) or any(item.iter_markers("device"))
         env = {**(self.session.child_env() if device else {}), **(opts.get("env") or {})}
         res = isolate(fn, (), {}, timeout=float(timeout), env=env, contexts=contexts,
@@ -214,7 +227,7 @@ class WholeTestIsolation:
             with contextlib.suppress(Exception):
                 item.stash[LONGREPR_KEY] = pickle.loads(report["longrepr"])
         res.raise_for_outcome()
-        if res.value is not None and not unittest:
+        if res.value is not None and kind == "function":
             from _pytest.warning_types import PytestReturnNotNoneWarning
 
             warnings.warn(PytestReturnNotNoneWarning(

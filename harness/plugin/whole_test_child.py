@@ -63,6 +63,16 @@ def collect() -> Iterator[dict[str, Any]]:
         _report = None
 
 
+def current_report() -> dict[str, Any]:
+    """What the running test reports back (a throwaway dict outside ``collect``)."""
+    return _report if _report is not None else {}
+
+
+def travels(value: Any) -> bool:
+    """Whether ``value`` can be sent to (and rebuilt in) another process."""
+    return _pack(value)[0] is not None
+
+
 def import_test_module(name: str, path: str, code: bytes | None) -> Any:
     """The test module ``name`` run from ``code`` (``module_code``: marshalled, asserts
     rewritten) or, without it, compiled from ``path``; registered under its name."""
@@ -135,7 +145,7 @@ class TestCall:
 
         module = import_test_module(self.module, self.path, self.code)
         data = cloudpickle.loads(self.blob)
-        report = _report if _report is not None else {}
+        report = current_report()
         detail = (failure_repr.assertion_detail(self.render, import_test_module)
                   if self.render is not None else contextlib.nullcontext())
         with warnings.catch_warnings(record=True) as caught, \
