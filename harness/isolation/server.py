@@ -200,6 +200,12 @@ def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = N
     if bad:
         print(json.dumps({"error": bad + "; forked children would break"}), flush=True)
         return
+    import gc
+
+    # What is loaded now is shared with every child: out of the collector's sight, a child's
+    # collections do not touch (and so copy) every page of it
+    gc.collect()
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with reachable(sock_path) as short:
         listener.bind(short)

@@ -310,6 +310,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:
         _end_with_controller()
     config.pluginmanager.register(WholeTestIsolation(session), "npu_regress_whole_test")
+    if config.getoption("harness_isolate_all"):
+        from harness.plugin.whole_test_child import remember_rewrites
+
+        remember_rewrites()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

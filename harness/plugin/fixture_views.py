@@ -20,6 +20,7 @@ from typing import Any
 VIEWED = ("request", "pytestconfig", "tmp_path_factory", "tmpdir_factory")
 
 _NOTSET = object()
+_CONFIG_VIEW: Any = None  # set below: a pytest.StashKey (pytest is imported lazily)
 _WAY_OUT = ("keep this test in the pytest process with @pytest.mark.isolated(False)")
 
 
@@ -206,7 +207,11 @@ def _tmp_path_factory(factory: Any) -> Any:
 
 def views(item: Any, names: list[str]) -> dict[str, Any]:
     """Parent side: the views of ``names`` for ``item`` (they pickle)."""
-    config = ConfigView(item.config)
+    if not names:
+        return {}
+    config = item.config.stash.get(_CONFIG_VIEW, None)
+    if config is None:  # one picture per session: options do not change under a test
+        config = item.config.stash[_CONFIG_VIEW] = ConfigView(item.config)
     out: dict[str, Any] = {}
     for name in names:
         if name == "pytestconfig":
@@ -220,6 +225,15 @@ def views(item: Any, names: list[str]) -> dict[str, Any]:
             legacy._tmppath_factory = _tmp_path_factory(legacy._tmppath_factory)
             out[name] = legacy
     return out
+
+
+def _stash_key() -> Any:
+    import pytest
+
+    return pytest.StashKey[ConfigView]()
+
+
+_CONFIG_VIEW = _stash_key()
 
 
 def bound(found: dict[str, Any], fn: Any, module: Any) -> dict[str, Any]:

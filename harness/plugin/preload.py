@@ -56,18 +56,20 @@ class Plan:
         return (*extra, *base)
 
     def write(self) -> str:
-        """The plan as the server reads it: a file in a folder of this process's own."""
+        """The plan as the server reads it: a file in a folder of this process's own, with
+        this process's ``sys.path`` (the server's puts the harness first, where a suite's
+        own ``tests`` package must not meet ours)."""
         path = workdirs.make("fs") / "preload.pkl"
-        path.write_bytes(pickle.dumps(self.modules))
+        path.write_bytes(pickle.dumps({"modules": self.modules, "sys_path": list(sys.path)}))
         return str(path)
 
 
 def plan(items: Sequence[pytest.Item], isolated: Any) -> Plan | None:
     """The modules to warm up for the ``items`` that ``isolated(item)`` selects; None when
     no collected test runs isolated as a whole test."""
-    from harness.plugin import whole_test_child
-
     from _pytest.doctest import DoctestItem, DoctestTextfile
+
+    from harness.plugin import whole_test_child
 
     config = None
     tests: dict[str, tuple[str, bool]] = {}  # name: (file, asserts rewritten)
@@ -146,7 +148,9 @@ def warm_up(path: str) -> dict[str, Any]:
     ``UnsafeWarmUp`` naming the module after which a fork would be unsafe."""
     from harness.plugin.whole_test_child import import_test_module
 
-    modules = pickle.loads(Path(path).read_bytes())
+    data = pickle.loads(Path(path).read_bytes())
+    modules = data["modules"]
+    sys.path[:] = data["sys_path"]  # the harness is loaded: its own imports need no entry
     loaded: list[str] = []
     left_out: dict[str, str] = {}
     threads = _tasks()
