@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import signal
 import threading
 import time
@@ -127,6 +128,8 @@ class HarnessSession:
     def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self.warm_plan is not None:  # the plan's folder (``preload.Plan.write``)
+            shutil.rmtree(Path(self.warm_plan.written).parent, ignore_errors=True)
 
     def child_env(self) -> dict[str, str | None]:
         env: dict[str, str | None] = {DEVICE_ENV: self.device.kind}

@@ -49,6 +49,8 @@ class Plan:
     conftests: int = 0
     #: a test uses ``run_on_npu``: its checks import torch, so the server preloads it
     torch: bool = False
+    #: where ``write`` put it
+    written: str = ""
 
     def preload(self, explicit: tuple[str, ...] | None) -> tuple[str, ...]:
         base = explicit if explicit is not None else BASE_PRELOAD
@@ -61,7 +63,8 @@ class Plan:
         own ``tests`` package must not meet ours)."""
         path = workdirs.make("fs") / "preload.pkl"
         path.write_bytes(pickle.dumps({"modules": self.modules, "sys_path": list(sys.path)}))
-        return str(path)
+        self.written = str(path)
+        return self.written
 
 
 def plan(items: Sequence[pytest.Item], isolated: Any) -> Plan | None:
