@@ -185,27 +185,16 @@ def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = N
         return
     warmed: Any = None
     if warmup is not None:
-        hook, argument = warmup
-        module, _, function = hook.partition(":")
-        try:
-            warmed = getattr(importlib.import_module(module), function)(argument)
-        except UnsafeWarmUp as exc:
-            print(json.dumps({"error": str(exc), "refused": str(exc)}), flush=True)
+        answer = _warm(warmup)
+        if "refused" in answer:
+            print(json.dumps({"error": answer["refused"], **answer}), flush=True)
             return
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
-            why = f"the warm-up {hook} failed: {type(exc).__name__}: {exc}"
-            print(json.dumps({"error": why, "refused": why}), flush=True)
-            return
+        warmed = answer["warmup"]
     bad = accelerator_state()
     if bad:
         print(json.dumps({"error": bad + "; forked children would break"}), flush=True)
         return
-    import gc
-
-    # What is loaded now is shared with every child: out of the collector's sight, a child's
-    # collections do not touch (and so copy) every page of it
-    gc.collect()
-    gc.freeze()
+    _freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with reachable(sock_path) as short:
         listener.bind(short)
@@ -288,6 +277,21 @@ def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = N
             except (OSError, ValueError):
                 conn.close()
                 continue
+            if "warmup" in req:  # more to import before the first child (after collection)
+                answer = _warm(req["warmup"])
+                while spare:  # forked before the warm-up: it would not hold what it loaded
+                    os.close(spare.pop()[1])
+                bad = accelerator_state()
+                if bad and "refused" not in answer:
+                    answer = {"refused": bad.replace(" in the forkserver", "")}
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps(answer).encode() + b"\n")
+                conn.close()
+                if "refused" in answer:  # forking from here is unsafe now: serve no more
+                    end_descendants()
+                    os._exit(0)
+                _freeze()
+                continue
             try:
                 if "argv" in req:  # the spawn supervisor: a fresh interpreter
                     proc = _exec_child(Path(req["workdir"]), req["argv"], req["env"],
@@ -306,6 +310,30 @@ def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = N
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
             if "argv" not in req:
                 fork_spare()  # for the next request, while this child runs
+
+
+def _warm(warmup: tuple[str, str] | list[str]) -> dict[str, Any]:
+    """Run a warm-up hook (``"module:function"``, argument): ``{"warmup": what it
+    returned}``, or ``{"refused": why}`` when forking from here is no longer safe."""
+    import importlib
+
+    hook, argument = warmup
+    module, _, function = hook.partition(":")
+    try:
+        return {"warmup": getattr(importlib.import_module(module), function)(argument)}
+    except UnsafeWarmUp as exc:
+        return {"refused": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
+        return {"refused": f"the warm-up {hook} failed: {type(exc).__name__}: {exc}"}
+
+
+def _freeze() -> None:
+    """What is loaded now is shared with every child: out of the collector's sight, a
+    child's collections do not touch (and so copy) every page of it."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def _read_or_eof(fd: int) -> bool:
@@ -435,6 +463,27 @@ class ForkServerLauncher:
         except ValueError:
             rc = self.proc.wait()
             return {"error": f"the forkserver exited (code {rc}) before it was ready"}
+
+    def warm(self, warmup: tuple[str, str]) -> None:
+        """Ask the running server to run a warm-up hook (``serve``'s ``warmup``) before its
+        next child: what it returned lands in ``warmed``; a refusal ends the server, and
+        ``refused`` says why (``ensure_ready`` then raises ``ForkServerUnavailable``)."""
+        self.ensure_ready()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with reachable(self.sock_path) as short:
+                conn.connect(short)
+            conn.sendall(json.dumps({"warmup": list(warmup)}).encode() + b"\n")
+            answer = json.loads(_readline(conn).split(b"\n", 1)[0])
+        except (OSError, ValueError) as exc:
+            answer = {"refused": f"the warm-up request failed: {type(exc).__name__}: {exc}"}
+        finally:
+            conn.close()
+        if "refused" in answer:
+            self.refused = self._error = answer["refused"]
+            self.close()
+        else:
+            self.warmed = answer.get("warmup")
 
     def alive(self) -> bool:
         return self.proc.poll() is None

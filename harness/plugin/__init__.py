@@ -105,6 +105,23 @@ class HarnessSession:
                 allow_spawn=self.method == "auto",
                 warn=lambda message: warnings.warn(HarnessWarning(message), stacklevel=1))
 
+    def warm(self, plan: Any) -> None:
+        """Have this session's server import what ``plan`` (``harness.plugin.preload.Plan``)
+        holds before its first child; a server started from now on (a replacement) imports
+        it at its own start."""
+        from harness.plugin import preload
+
+        self.warm_plan = plan
+        self.warmup = (preload.HOOK, plan.write())
+        if self._server is None:
+            self.preload = plan.preload(self.preload if self.preload_explicit else None)
+            self.prestart()  # with the warm-up on its command line
+            return
+        if plan.torch and "torch" not in self.preload:
+            self.preload = ("torch", *self.preload)  # for replacements: the plan loads it
+        with contextlib.suppress(ForkServerUnavailable):  # _own_server says why, or falls back
+            self._server.server.warm(self.warmup)
+
     def _own_server(self) -> ReplacingForkServer:
         """This session's server (closed with the session, unlike the shared one), replaced
         if it dies (``ReplacingForkServer``). One that refused to serve after its warm-up
@@ -335,10 +352,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     xdist_controller = bool(getattr(session.config.option, "numprocesses", None)) and \
         not hasattr(session.config, "workerinput")  # runs no test itself
     if session.config.getoption("harness_isolate_all") and not xdist_controller and \
-            harness_session.method in ("auto", "forkserver") and \
-            harness_session.preload_explicit:
-        # its imports overlap collection; without an explicit preload the server starts
-        # after collection, holding the collected modules (``harness.plugin.preload``)
+            harness_session.method in ("auto", "forkserver"):
+        # its start overlaps collection; after collection it imports the collected test
+        # modules (``harness.plugin.preload``), and torch only when they or a run_on_npu
+        # test need it
+        if not harness_session.preload_explicit:
+            from harness.plugin.preload import BASE_PRELOAD
+
+            harness_session.preload = BASE_PRELOAD
         harness_session.prestart()
 
 

@@ -214,3 +214,23 @@ def _conftest(name: str, file: str, load: Callable[[str, str, None], Any]) -> An
     with contextlib.suppress(Exception):
         return load(name, file, None)
     return None
+
+
+def ending(path: str, fallback_line: int, message: str, stack: str) -> Any:
+    """Parent side: the longrepr of a child that crashed or timed out (no exception to
+    render): the message, located at the test file's innermost frame in the child's
+    faulthandler stack (else at the test's own line), so ``--tb=line``, CI annotations and
+    JUnit point at the test, not at the plugin."""
+    import re
+
+    from _pytest._code.code import ReprExceptionInfo, ReprFileLocation, ReprTracebackNative
+
+    lineno = fallback_line
+    for found in re.finditer(r'File "([^"]+)", line (\d+)', stack):
+        if found.group(1) == path:
+            lineno = int(found.group(2))
+            break  # faulthandler lists the most recent call first
+    first = message.splitlines()[0] if message else "isolated child failed"
+    lines = [line + "\n" for line in message.splitlines()]
+    return ReprExceptionInfo(reprtraceback=ReprTracebackNative(lines),
+                             reprcrash=ReprFileLocation(path, lineno, first))

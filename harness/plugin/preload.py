@@ -19,6 +19,7 @@ showed them (a preloaded module's import must not print into every run).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import pickle
 import sys
@@ -62,18 +63,21 @@ class Plan:
         this process's ``sys.path`` (the server's puts the harness first, where a suite's
         own ``tests`` package must not meet ours)."""
         path = workdirs.make("fs") / "preload.pkl"
-        path.write_bytes(pickle.dumps({"modules": self.modules, "sys_path": list(sys.path)}))
+        path.write_bytes(pickle.dumps({"modules": self.modules, "sys_path": list(sys.path),
+                                       "imports": ["torch"] if self.torch else []}))
         self.written = str(path)
         return self.written
 
 
-def plan(items: Sequence[pytest.Item], isolated: Any) -> Plan | None:
+def plan(items: Sequence[pytest.Item], isolated: Any, config: Any = None) -> Plan | None:
     """The modules to warm up for the ``items`` that ``isolated(item)`` selects; None when
-    no collected test runs isolated as a whole test."""
+    no collected test runs isolated as a whole test (unless ``config`` is given: then the
+    plan may hold nothing but torch, for a server started without it)."""
     from _pytest.doctest import DoctestItem, DoctestTextfile
 
     from harness.plugin import whole_test_child
 
+    given = config
     config = None
     tests: dict[str, tuple[str, bool]] = {}  # name: (file, asserts rewritten)
     torch = False
@@ -94,7 +98,9 @@ def plan(items: Sequence[pytest.Item], isolated: Any) -> Plan | None:
         if path:  # a test module's asserts are rewritten (its doctests' import is not)
             tests[module.__name__] = (str(path), True)
     if config is None:
-        return None
+        if given is None:
+            return None
+        config = given
     found = Plan(torch=torch)
     conftests = sorted(
         (p for p in config.pluginmanager.get_plugins()
@@ -154,6 +160,9 @@ def warm_up(path: str) -> dict[str, Any]:
     data = pickle.loads(Path(path).read_bytes())
     modules = data["modules"]
     sys.path[:] = data["sys_path"]  # the harness is loaded: its own imports need no entry
+    for name in data.get("imports") or ():  # what the session's run_on_npu checks need
+        with _quiet():
+            importlib.import_module(name)
     loaded: list[str] = []
     left_out: dict[str, str] = {}
     threads = _tasks()

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from harness.isolation.result import ChildCrashed, ChildTimeout
 from harness.isolation.run import dumps, isolate
 from harness.isolation.server import accelerator_state
 from harness.plugin import (
@@ -149,22 +150,22 @@ class WholeTestIsolation:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Start the isolation server now, holding the collected test modules and conftests
-        (``harness.plugin.preload``): each isolated test then pays a fork, not an import."""
+        """The isolation server (started at session start under ``--isolate-all``, its
+        interpreter and pytest loaded meanwhile) now imports the collected test modules and
+        conftests (``harness.plugin.preload``): each isolated test pays a fork, not an
+        import."""
         harness = self.session
         config = session.config
         controller = bool(getattr(config.option, "numprocesses", None)) and \
             not hasattr(config, "workerinput")
         if controller or harness.method not in ("auto", "forkserver") or \
-                harness._server is not None or harness._launcher is not None:
+                harness._launcher is not None:
             return
-        found = preload.plan(session.items, self._isolated)
+        started = harness._server is not None
+        found = preload.plan(session.items, self._isolated, config if started else None)
         if found is None:
             return
-        harness.preload = found.preload(harness.preload if harness.preload_explicit else None)
-        harness.warmup = (preload.HOOK, found.write())
-        harness.warm_plan = found
-        harness.prestart()
+        harness.warm(found)
 
     def pytest_report_collectionfinish(self, config: pytest.Config) -> list[str]:
         harness = self.session
@@ -226,7 +227,14 @@ class WholeTestIsolation:
         if report.get("longrepr") and res.outcome in ("raised", "fail", "error"):
             with contextlib.suppress(Exception):
                 item.stash[LONGREPR_KEY] = pickle.loads(report["longrepr"])
-        res.raise_for_outcome()
+        try:
+            res.raise_for_outcome()
+        except (ChildCrashed, ChildTimeout) as exc:
+            path, line, _ = item.location
+            with contextlib.suppress(Exception):
+                item.stash[LONGREPR_KEY] = failure_repr.ending(
+                    str(item.path), (line or 0) + 1, f"{_qualname(exc)}: {exc}", res.stack)
+            raise
         if res.value is not None and kind == "function":
             from _pytest.warning_types import PytestReturnNotNoneWarning
 
@@ -380,6 +388,10 @@ def _report_subtest(item: pytest.Item, subtest: dict[str, Any]) -> None:
         report, SubtestContext(msg=subtest.get("msg"), kwargs=subtest.get("kwargs") or {}),
         captured_output=None, captured_logs=None)
     item.ihook.pytest_runtest_logreport(report=sub_report)
+
+
+def _qualname(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
 def _fork_refusal(item: pytest.Item) -> str | None:
