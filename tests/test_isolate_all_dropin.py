@@ -251,3 +251,43 @@ def test_a_module_whose_import_fails_in_the_server_is_named(pytester: pytest.Pyt
     result.stdout.fnmatch_lines([
         "*not preloaded: 1 module(s) whose import fails there (*test_once.py: FileExistsError: "
         "*), imported by their own children"])
+
+
+def test_run_on_npu_tests_get_torch_in_the_server(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_mixed="""
+        def check():
+            import sys
+            return "torch" in sys.modules
+
+        def test_checks(run_on_npu):
+            assert run_on_npu(check).value is True  # forked from a server holding torch
+
+        def test_plain():
+            pass
+        """)
+    result = pytester.runpytest("--isolate-all", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["npu-regress: --isolate-all: *; torch loaded"])
+
+
+def test_a_crash_or_hang_is_located_at_the_test(pytester: pytest.Pytester) -> None:
+    """Before: the report's location was harness/plugin/whole_test.py."""
+    pytester.makepyfile(
+        test_dies="""
+        import os, signal, time
+        import pytest
+
+        def test_crash():
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+        @pytest.mark.isolation_timeout(2)
+        def test_hang():
+            time.sleep(600)
+        """)
+    result = pytester.runpytest("--isolate-all", "-p", "no:cacheprovider", "--tb=line")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*test_dies.py:5: harness.ChildCrashed: isolated child killed by SIGSEGV*",
+        "*test_dies.py:9: harness.ChildTimeout: isolated child * still running after 2 s*"])
+    assert "whole_test.py" not in result.stdout.str()
