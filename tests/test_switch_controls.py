@@ -119,7 +119,11 @@ def test_on_by_identity_without_routing_mm_fails_on_events() -> None:
         "expected batch_invariant_ops::mm to run, but it ran 0 times: torch.mm(a, b) "
         "dispatches aten::mm, and reference's switch changed only aten::_log_softmax (CPU), "
         "aten::matmul (CPU)"), problems
-    assert run_case(OnSkipsMm(), "switch", True) == []  # identity alone cannot tell
+    # identity alone cannot tell; the declared op set can (harness/invariance/declared.toml)
+    assert run_case(OnSkipsMm(), "switch", True) == [
+        "reference's switch did not override aten::mm (declared at harness/invariance/"
+        "reference.py enable_batch_invariant_mode()); it overrode aten::_log_softmax, "
+        "aten::matmul, aten::mean.dim, aten::silu"]
 
 
 def test_on_names_the_whole_footprint() -> None:

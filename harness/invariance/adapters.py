@@ -155,6 +155,7 @@ class VllmAscendTarget(OpSetTarget):
         module = self._module()
         config_module = importlib.import_module("vllm_ascend.ascend_config")
         config = types.SimpleNamespace(weight_nz_mode=1, enable_matmul_allreduce=True)
+        self._config = config  # what override_envs_for_invariance changes, read afterwards
         with mock.patch.object(config_module, "get_ascend_config", return_value=config):
             if hasattr(module, "get_ascend_config"):  # imported by name into the module
                 with mock.patch.object(module, "get_ascend_config", return_value=config):
@@ -164,6 +165,9 @@ class VllmAscendTarget(OpSetTarget):
 
     def is_enabled(self) -> bool:
         return getattr(self._module(), "_batch_invariant_LIB", None) is not None
+
+    def config_object(self) -> Any:
+        return getattr(self, "_config", None)
 
     def reduce_sum(self) -> Any:
         fn = getattr(self._module(), "reduce_sum", None)
@@ -196,6 +200,8 @@ class VerlTarget(VllmAscendTarget):
 
     name = "verl"
     distribution = "verl"
+    #: verl's switch runs vllm-ascend's init: vllm-ascend's declaration applies
+    declared_as = ("vllm_ascend", "vllm-ascend")
     #: a case with Ray's start: median 10.5 s (9.4-11.8 s, 14 cases) on an idle 2-core
     #: runner; at load average 15-25 three cases passed 180 s while Ray was still starting
     start_cost_s = 10.5
@@ -210,8 +216,10 @@ class VerlTarget(VllmAscendTarget):
 
         return f"{release('verl')} over {release('vllm-ascend')}"
 
-    def switch_env(self, enabled: bool) -> dict[str, str]:
-        return {}
+    def switch_env(self, enabled: bool) -> dict[str, str | None]:
+        from harness.invariance.declared import unset_env
+
+        return unset_env(self.declared())  # the variable is verl's to set
 
     def device(self) -> Any:
         from harness.invariance import verl_switch

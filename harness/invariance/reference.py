@@ -301,7 +301,15 @@ def init_batch_invariance() -> None:
         raise ValueError(f"{SWITCH_ENV}={value!r} is not an integer; use 1 (on) or 0 (off)") \
             from None
     if enabled:
+        override_envs_for_invariance()
         enable_batch_invariant_mode()
+
+
+def override_envs_for_invariance() -> None:
+    """What "on" sets besides kernels, as vllm-ascend's does (declared in
+    ``harness/invariance/declared.toml``): deterministic collectives and algorithms."""
+    os.environ["HCCL_DETERMINISTIC"] = "strict"
+    torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def is_enabled() -> bool:

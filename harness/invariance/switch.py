@@ -13,10 +13,12 @@ on, the changes are the target's footprint, shown in the report.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
-from harness.invariance import SWITCH_ENV, InvarianceTarget, get_target
+from harness.invariance import SWITCH_ENV, InvarianceTarget, declared, get_target
 from harness.stack.dispatch import footprint, registrations
 
 EPS = 1e-6
@@ -87,11 +89,19 @@ def run_switch_case(target: str | InvarianceTarget, check: str, enabled: bool,
     dev = tgt.device()
     args = {k: v.to(dev) for k, v in inputs.items()}
     tgt.load()
+    # its first call imports torch's distributed, inductor and onnx op libraries (about 70
+    # operators defined): made here with the current setting, so that "on" calling it (as
+    # vllm-ascend's does) is not counted as defining them
+    torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
+                                       warn_only=torch.is_deterministic_algorithms_warn_only_enabled())
     before = registrations()
-    tgt.set_switch(enabled)
+    with _warnings_logged(tgt.loggers) as logged:
+        tgt.set_switch(enabled)
     got: dict[str, Any] = {"switch_env": os.environ.get(SWITCH_ENV),
                            "enabled_by_identity": tgt.is_enabled(),
                            "dispatcher_footprint": footprint(before, registrations()),
+                           "declared_state": declared.read(tgt.declared(), tgt.config_object()),
+                           "switch_log": logged,
                            **tgt.evidence()}
     if check == "mm":
         got["out"] = _host(torch.mm(args["a"], args["b"]))
@@ -113,6 +123,35 @@ def run_switch_case(target: str | InvarianceTarget, check: str, enabled: bool,
     return got
 
 
+@contextlib.contextmanager
+def _warnings_logged(names: tuple[str, ...]) -> Iterator[list[str]]:
+    """The warnings (and worse) the switch logs, on the root logger and on the stack's own
+    loggers (vLLM's does not propagate): a switch that declines says why only there."""
+    import logging
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+    handler = Keep(logging.WARNING)
+    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in names)]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+#: where a runner's ops package is checked (a switch that installs nothing points there)
+OPS_PACKAGE_CHECK = ("suites/test_stack_preflight.py::"
+                     "test_the_ops_package_registers_every_op_vllm_ascend_uses "
+                     "(and --harness-require batch_invariant_ops)")
+
+
 def _described(changed: dict[str, list[str]]) -> str:
     """A dispatcher footprint as text: ``aten::mm (CPU), aten::sum (PrivateUse1)``."""
     return ", ".join(f"{op} ({', '.join(keys)})" for op, keys in changed.items())
@@ -126,6 +165,12 @@ def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str,
     on = "on" if enabled else "off"
     want_env = "1" if enabled else "0"
     problems = []
+    if enabled and not got["dispatcher_footprint"] and not got["enabled_by_identity"]:
+        said = "; ".join(got.get("switch_log") or ()) or "nothing"
+        problems.append(
+            f"{SWITCH_ENV}=1 asked {target.release()} to switch on, and it installed nothing "
+            f"(no kernel changed, off by identity); its log said: {said}. A runner without "
+            f"the ops package does this: see {OPS_PACKAGE_CHECK}")
     for expect in target.expectations(check, enabled):
         problem = expect.check(events)
         if problem and expect.ran and check in CALLS:
@@ -136,6 +181,10 @@ def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str,
         if problem:
             problems.append(problem)
     problems.extend(target.judge_evidence(got, enabled))
+    if "declared_state" in got:  # read by the child (run_switch_case)
+        problems.extend(declared.judge(
+            target.declared(), target.release(), enabled, got["declared_state"],
+            got["dispatcher_footprint"] if check == "switch" else None))
     # unset is off (vLLM's default): verl leaves it unset in its driver when off
     if got["switch_env"] != want_env and (enabled or got["switch_env"] is not None):
         problems.append(f"{SWITCH_ENV}={got['switch_env']!r} in the child, expected {want_env!r}")

@@ -108,10 +108,38 @@ class InvarianceTarget:
         compared from here to after ``set_switch``: import-time definitions (an op library's
         own namespace) are not the switch's footprint."""
 
-    def switch_env(self, enabled: bool) -> dict[str, str]:
+    def switch_env(self, enabled: bool) -> dict[str, str | None]:
         """The environment the case's child starts with: the switch variable, unless the
-        target's own code must be what sets it (verl)."""
-        return switch_env(enabled)
+        target's own code must be what sets it (verl), and none of what "on" declares it
+        sets (``harness.invariance.declared``)."""
+        from harness.invariance.declared import unset_env
+
+        return {**unset_env(self.declared()), **switch_env(enabled)}
+
+    #: loggers the stack logs on without propagating to the root (vLLM's): a switch that
+    #: declines says why there
+    loggers: tuple[str, ...] = ("vllm", "vllm_ascend", "sglang", "verl")
+
+    #: (name, distribution) of the declaration this target's switch follows
+    #: (``declared.toml``); by default its own name and distribution
+    declared_as: tuple[str, str] | None = None
+
+    def declared(self) -> Any:
+        """What this target's release declares its switch does (``declared.Declared``)."""
+        cached = self.__dict__.get("_declared")
+        if cached is None:
+            from harness.invariance import declared
+            from harness.stack.upstream import version
+
+            name, distribution = self.declared_as or (self.name, self.distribution)
+            cached = declared.load(name, version(distribution) if distribution else None)
+            self.__dict__["_declared"] = cached
+        return cached
+
+    def config_object(self) -> Any:
+        """Child side: the stack's config object the switch changes (vllm-ascend's ascend
+        config), or None."""
+        return None
 
     def set_switch(self, enabled: bool) -> None:
         """Set the switch the way users do, then run the stack's init (which must honour it)."""

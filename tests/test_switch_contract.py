@@ -1,0 +1,172 @@
+"""The whole switch contract: what each release declares its "on" sets besides kernels
+(environment, deterministic algorithms, config; ``harness/invariance/declared.toml``), the
+operator set it overrides, and an "on" that installs nothing. Negative controls break each
+on purpose: a copy of the release with one override removed, with its ops package hidden."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import run_isolated
+from harness.invariance import declared
+from harness.invariance.adapters import ReferenceTarget, VllmAscendTarget
+from harness.invariance.switch import case_inputs, judge, run_switch_case
+
+
+def run_case(target, check: str, enabled: bool, fn=run_switch_case) -> list[str]:  # type: ignore[no-untyped-def]
+    inputs = case_inputs(check)
+    res = run_isolated(fn, target, check, enabled, inputs, method="forkserver",
+                       env=target.switch_env(enabled), events=target.event_patterns())
+    return judge(target, check, enabled, inputs, res.value, res.events)
+
+
+class OnWithoutDeterminism(ReferenceTarget):
+    """Broken on purpose: 'on' forgets torch.use_deterministic_algorithms."""
+
+    def set_switch(self, enabled: bool) -> None:
+        import os
+
+        os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
+        if enabled:
+            os.environ["HCCL_DETERMINISTIC"] = "strict"
+            self._module().enable_batch_invariant_mode()
+
+
+class OffSetsHccl(ReferenceTarget):
+    """Broken on purpose: 'off' still makes HCCL deterministic."""
+
+    def set_switch(self, enabled: bool) -> None:
+        import os
+
+        super().set_switch(enabled)
+        os.environ["HCCL_DETERMINISTIC"] = "strict"
+
+
+class OnAlsoOverridesBmm(ReferenceTarget):
+    """Broken on purpose: 'on' overrides one operator more than it declares."""
+
+    def set_switch(self, enabled: bool) -> None:
+        import torch
+
+        super().set_switch(enabled)
+        if enabled:
+            self.extra = torch.library.Library("aten", "IMPL")
+            self.extra.impl("bmm", lambda a, b: torch.ops.aten.bmm.default(a, b), "CPU")
+
+
+def test_the_reference_meets_its_declaration() -> None:
+    assert run_case(ReferenceTarget(), "switch", True) == []
+    assert run_case(ReferenceTarget(), "switch", False) == []
+
+
+def test_an_on_without_one_declared_override_fails_naming_it() -> None:
+    problems = run_case(OnWithoutDeterminism(), "mm", True)
+    assert problems == [
+        "with the switch on, reference did not set torch.use_deterministic_algorithms(True, "
+        "warn_only=True) (the child read {'enabled': False, 'warn_only': False}); declared at "
+        "harness/invariance/reference.py override_envs_for_invariance() (as vllm-ascend's)"]
+
+
+def test_an_off_that_sets_an_override_fails_naming_it() -> None:
+    problems = run_case(OffSetsHccl(), "mm", False)
+    assert problems == [
+        "with the switch off, reference set HCCL_DETERMINISTIC=strict; declared for 'on' at "
+        "harness/invariance/reference.py override_envs_for_invariance() (as vllm-ascend's)"]
+
+
+def test_an_undeclared_override_fails_naming_the_operator() -> None:
+    problems = run_case(OnAlsoOverridesBmm(), "switch", True)
+    assert len(problems) == 1 and problems[0].startswith(
+        "reference's switch also overrode aten::bmm on CPU, which its declaration"), problems
+
+
+def test_an_inherited_override_does_not_make_off_look_set(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A runner that exports HCCL_DETERMINISTIC must not fail every 'off' case."""
+    monkeypatch.setenv("HCCL_DETERMINISTIC", "strict")
+    assert run_case(ReferenceTarget(), "mm", False) == []
+
+
+def test_a_declaration_of_an_unknown_kind_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "declared.toml"
+    bad.write_text('[[override]]\ntarget = "x"\nrelease = "*"\nkind = "envs"\nname = "A"\n'
+                   'value = "1"\nsource = "s"\n')
+    with pytest.raises(ValueError, match=r"override 'A' has kind 'envs'; use one of env, "
+                                         r"deterministic, config"):
+        declared.load("x", None, bad)
+
+
+# --- the released vllm-ascend, on the CPU-backed stand-in ---------------------------------
+
+def _needs_vllm_ascend() -> None:
+    reason = VllmAscendTarget().unavailable("cpu", None)
+    if reason:
+        pytest.skip(f"{reason} (bash ci/setup.sh --upstream installs vllm-ascend's sources)")
+
+
+def test_vllm_ascend_declares_what_its_release_sets() -> None:
+    _needs_vllm_ascend()
+    found = VllmAscendTarget().declared()
+    assert found.ops == {"aten::mm", "aten::matmul", "aten::sum"}
+    assert [o.shown() for o in found.overrides] == [
+        "HCCL_DETERMINISTIC=strict", "LCCL_DETERMINISTIC=1",
+        "torch.use_deterministic_algorithms(True, warn_only=True)",
+        "config.weight_nz_mode=0", "config.enable_matmul_allreduce=False"]
+    assert run_case(VllmAscendTarget(), "switch", True) == []
+    assert run_case(VllmAscendTarget(), "switch", False) == []
+
+
+def _without_hccl(*args):  # type: ignore[no-untyped-def]
+    """Negative control: the release's override_envs_for_invariance with its
+    HCCL_DETERMINISTIC line removed (the source edited and run again in its module)."""
+    import inspect
+    import textwrap
+
+    from harness.invariance import standin
+
+    standin.install()
+    import vllm_ascend.batch_invariant as module
+
+    source = textwrap.dedent(inspect.getsource(module.override_envs_for_invariance))
+    edited = "\n".join(line for line in source.splitlines() if "HCCL_DETERMINISTIC" not in line)
+    assert edited != source
+    exec(compile(edited, module.__file__, "exec"), module.__dict__)  # noqa: S102
+    return run_switch_case(*args)
+
+
+def test_a_release_without_one_env_override_fails_naming_it() -> None:
+    _needs_vllm_ascend()
+    target = VllmAscendTarget()
+    problems = run_case(target, "mm", True, _without_hccl)
+    assert problems == [
+        f"with the switch on, {target.release()} did not set HCCL_DETERMINISTIC=strict (the "
+        "child read None); declared at vllm_ascend/batch_invariant.py:83 "
+        "override_envs_for_invariance()"]
+
+
+def _ops_package_hidden(*args):  # type: ignore[no-untyped-def]
+    """Negative control: a runner whose AscendC ops package is missing."""
+    import sys
+
+    from harness.invariance import standin
+
+    standin.install()
+    sys.modules["batch_invariant_ops"] = None  # type: ignore[assignment]
+    return run_switch_case(*args)
+
+
+@pytest.mark.parametrize("check", ["switch", "mm"])
+def test_on_that_installs_nothing_says_why_in_the_release_s_words(check: str) -> None:
+    _needs_vllm_ascend()
+    target = VllmAscendTarget()
+    problems = run_case(target, check, True, _ops_package_hidden)
+    assert problems[0] == (
+        f"VLLM_BATCH_INVARIANT=1 asked {target.release()} to switch on, and it installed "
+        "nothing (no kernel changed, off by identity); its log said: WARNING vllm.logger: "
+        "Batch-invariant mode requested but Triton or AscendC batch-invariant "
+        "ops is not available.skipping batch-invariant initialization.. A runner without the "
+        "ops package does this: see suites/test_stack_preflight.py::test_the_ops_package_"
+        "registers_every_op_vllm_ascend_uses (and --harness-require batch_invariant_ops)"), \
+        problems
