@@ -170,3 +170,64 @@ def test_on_that_installs_nothing_says_why_in_the_release_s_words(check: str) ->
         "ops package does this: see suites/test_stack_preflight.py::test_the_ops_package_"
         "registers_every_op_vllm_ascend_uses (and --harness-require batch_invariant_ops)"), \
         problems
+
+
+# --- values on random floats: a batch-dependent override ----------------------------------
+
+SPLIT_REDUCE_SUM = '''
+def reduce_sum(x, dim=None, keepdim=False):
+    # seeded: above 2 rows, the invariant kernel on each half of the row, added (another
+    # rounding order; the kernel still runs, so the op checks' events see nothing wrong)
+    if x.device.type == "npu" and x.dim() >= 2 and x.shape[0] > 2:
+        h = x.shape[-1] // 2
+        return _released_reduce_sum(x[..., :h].contiguous(), -1, keepdim) + \\
+            _released_reduce_sum(x[..., h:].contiguous(), -1, keepdim)
+    return _released_reduce_sum(x, dim, keepdim)
+'''
+
+
+def _batch_split_reduce_sum(*args):  # type: ignore[no-untyped-def]
+    """Negative control: vllm-ascend's reduce_sum split by batch size (it slices its input:
+    the stand-in device must run that as the NPU would)."""
+    from harness.invariance import standin
+    from harness.invariance.values import run_value_case
+
+    standin.install()
+    import vllm_ascend.batch_invariant as module
+
+    module._released_reduce_sum = module.reduce_sum
+    exec(SPLIT_REDUCE_SUM, module.__dict__)  # noqa: S102 - the seeded copy, in its module
+    return run_value_case(*args)
+
+
+def test_the_value_cases_pass_on_the_release_and_fail_a_batch_split_override() -> None:
+    from harness.invariance import values
+
+    _needs_vllm_ascend()
+    target = VllmAscendTarget()
+    cases = {dtype: values.inputs("sum", dtype) for dtype in values.DTYPES}
+    env = target.switch_env(True)
+    res = run_isolated(values.run_value_case, target, "sum", cases, method="forkserver", env=env)
+    assert values.judge(target, "sum", res.value) == []
+    seeded = run_isolated(_batch_split_reduce_sum, target, "sum", cases, method="forkserver",
+                          env=env)
+    problems = values.judge(target, "sum", seeded.value)
+    assert problems, "a reduce_sum split by batch size passed the value case"
+    assert all(p.startswith(f"with the switch on, {target.release()}'s aten::sum is "
+                            "batch-variant: torch.sum(x, dim=-1) gives the probe row other bits")
+               for p in problems), problems
+    assert {d["batch"] for d in seeded.value["differs"]} == {7, 32}  # not 2: below the split
+    # the op checks' small integers cannot see it: every partial sum is exact
+    assert run_case(target, "torch_sum", True,
+                    lambda *a: _split_then(run_switch_case, *a)) == []
+
+
+def _split_then(fn, *args):  # type: ignore[no-untyped-def]
+    from harness.invariance import standin
+
+    standin.install()
+    import vllm_ascend.batch_invariant as module
+
+    module._released_reduce_sum = module.reduce_sum
+    exec(SPLIT_REDUCE_SUM, module.__dict__)  # noqa: S102
+    return fn(*args)

@@ -60,6 +60,8 @@ class Declared:
     """A target release's declaration; ``ops`` None: it declares no operator set."""
 
     ops: set[str] | None = None
+    #: Python-level functions the switch replaces (``torch.sum``...)
+    rebinds: set[str] = field(default_factory=set)
     ops_source: str = ""
     overrides: list[Override] = field(default_factory=list)
 
@@ -79,6 +81,7 @@ def load(target: str, version: str | None, path: Path = DATA) -> Declared:
     for entry in data.get("ops", []):
         if entry["target"] == target and _in_release(entry["release"], version):
             found.ops = set(entry["ops"])
+            found.rebinds = set(entry.get("rebinds", ()))
             found.ops_source = entry["source"]
     for entry in data.get("override", []):
         if entry["target"] == target and _in_release(entry["release"], version):

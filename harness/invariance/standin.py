@@ -200,6 +200,20 @@ def _install_ops() -> tuple[types.ModuleType, types.ModuleType]:
     return torch_npu, bio
 
 
+def _register_device_guard() -> None:
+    """A device guard for the stand-in key: indexing and ``contiguous`` of a tensor take a
+    guard on its device ("PyTorch is not linked with support for npu devices" without one),
+    and an override may slice its input (a batch-split ``reduce_sum`` does)."""
+    from torch.utils.backend_registration import _DummyDeviceGuard
+
+    register = getattr(getattr(torch._C, "_acc", None), "register_python_privateuseone_device_guard",
+                       None)
+    if register is not None:
+        guard = _DummyDeviceGuard()
+        _STATE["guard"] = guard  # kept alive: the dispatcher holds only a reference
+        register(guard)
+
+
 def torch_device() -> torch.device:
     return torch.device(DEVICE, 0)
 
@@ -211,6 +225,7 @@ def install() -> None:
         return
     torch.utils.rename_privateuse1_backend(DEVICE)
     torch._register_device_module(DEVICE, _device_module())
+    _register_device_guard()
     torch_npu, bio = _install_ops()
     # a spec, as imported modules have: importlib.util.find_spec (transformers asks it
     # whether torch_npu exists) raises on a module in sys.modules without one
