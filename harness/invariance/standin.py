@@ -206,8 +206,8 @@ def _register_device_guard() -> None:
     and an override may slice its input (a batch-split ``reduce_sum`` does)."""
     from torch.utils.backend_registration import _DummyDeviceGuard
 
-    register = getattr(getattr(torch._C, "_acc", None), "register_python_privateuseone_device_guard",
-                       None)
+    acc = getattr(torch._C, "_acc", None)
+    register = getattr(acc, "register_python_privateuseone_device_guard", None)
     if register is not None:
         guard = _DummyDeviceGuard()
         _STATE["guard"] = guard  # kept alive: the dispatcher holds only a reference
