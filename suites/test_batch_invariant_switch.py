@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.invariance import CHECKS, InvarianceTarget, values
+from harness.invariance import CHECKS, InvarianceTarget, call_forms, values
 from harness.invariance.switch import case_inputs, judge, run_switch_case
 from harness.invariance.values import VALUE_OPS
 from harness.plugin import SESSION_KEY
@@ -60,6 +60,31 @@ def test_switch_values(invariance_target: InvarianceTarget, case: str, run_on_np
                      env=invariance_target.switch_env(True), timeout=budget)
     record_property("value_differences", res.value["differs"])
     problems = values.judge(invariance_target, case, res.value)
+    release = invariance_target.release()
+    if problems and release != invariance_target.name:
+        record_property("release_finding", release)
+    assert not problems, "\n- ".join(["", *problems]).lstrip("\n")
+
+
+@pytest.mark.parametrize("case", list(VALUE_OPS))
+def test_switch_call_forms(invariance_target: InvarianceTarget, case: str, run_on_npu,
+                           record_property, request) -> None:  # type: ignore[no-untyped-def]
+    """Every form users write of an overridden op (no dim, dim=0, dim=-1, a dim tuple,
+    keepdim, dtype=, method and function, out=) gives with the switch on what it gives off,
+    and raises only where off raises (the stand-in enforces the kernels' constraints)."""
+    reason = values.applies(invariance_target, case)
+    if reason:
+        pytest.skip(f"{invariance_target.name}/{case}: {reason}")
+    if invariance_target.name == "verl":
+        pytest.skip("verl/call forms: verl's switch runs vllm-ascend's init, whose forms the "
+                    "vllm_ascend target's cases check (each verl case starts Ray)")
+    given = call_forms.inputs()
+    budget = invariance_target.time_budget(request.config.stash[SESSION_KEY].timeout)
+    got = {enabled: run_on_npu(call_forms.run_forms, invariance_target.name, case, enabled,
+                               given, env=invariance_target.switch_env(enabled),
+                               timeout=budget).value
+           for enabled in (False, True)}
+    problems = call_forms.judge(invariance_target, case, got[False], got[True])
     release = invariance_target.release()
     if problems and release != invariance_target.name:
         record_property("release_finding", release)

@@ -231,3 +231,60 @@ def _split_then(fn, *args):  # type: ignore[no-untyped-def]
     module._released_reduce_sum = module.reduce_sum
     exec(SPLIT_REDUCE_SUM, module.__dict__)  # noqa: S102
     return fn(*args)
+
+
+# --- call forms: a rebinding that sends a form where the kernel cannot go ------------------
+
+def _tensor_sum_rebound(*args):  # type: ignore[no-untyped-def]
+    """Negative control: vllm-ascend's later change (PR #14949) seeded into 0.23.0.post1:
+    Tensor.sum follows reduce_sum, so x.sum(dim=0) reaches the last-dim-only kernel."""
+    from harness.invariance import standin
+    from harness.invariance.call_forms import run_forms
+
+    standin.install()
+    import vllm_ascend.batch_invariant as module
+
+    released = module.enable_batch_invariant_mode
+
+    def enable() -> None:
+        import torch
+
+        released()
+        if module._batch_invariant_LIB is not None:
+            torch.Tensor.sum = module.reduce_sum
+
+    module.enable_batch_invariant_mode = enable
+    return run_forms(*args)
+
+
+def test_a_tensor_sum_rebinding_that_sends_dim_0_to_the_kernel_fails() -> None:
+    from harness.invariance import call_forms
+
+    _needs_vllm_ascend()
+    target = VllmAscendTarget()
+    given = call_forms.inputs()
+    off = run_isolated(call_forms.run_forms, target, "sum", False, given, method="forkserver",
+                       env=target.switch_env(False)).value
+    released = run_isolated(call_forms.run_forms, target, "sum", True, given,
+                            method="forkserver", env=target.switch_env(True)).value
+    seeded = run_isolated(_tensor_sum_rebound, target, "sum", True, given,
+                          method="forkserver", env=target.switch_env(True)).value
+    before = call_forms.judge(target, "sum", off, released)
+    after = call_forms.judge(target, "sum", off, seeded)
+    new = [p for p in after if p not in before]
+    assert new and all("`x.sum(" in p for p in new), new
+    assert any(p.startswith(f"with the switch on, {target.release()}: `x.sum(0)` raised "
+                            "RuntimeError: EZ1001: Provided dim only support last dim")
+               for p in new), new
+
+
+def test_every_call_form_works_on_the_reference() -> None:
+    from harness.invariance import call_forms
+
+    target = ReferenceTarget()
+    given = call_forms.inputs()
+    for case in ("sum", "mm", "matmul", "log_softmax", "mean"):
+        got = {enabled: run_isolated(call_forms.run_forms, target, case, enabled, given,
+                                     method="forkserver", env=target.switch_env(enabled)).value
+               for enabled in (False, True)}
+        assert call_forms.judge(target, case, got[False], got[True]) == [], case

@@ -214,10 +214,17 @@ _BI_MM = torch.ops.batch_invariant_ops.mm.default
 # --- the functions the switch rebinds (the roles torch_npu's functions play on NPU) -------
 
 def reduce_sum(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *,
-               dtype: torch.dtype | None = None) -> torch.Tensor:
-    """What ``torch.sum`` and ``Tensor.sum`` become when the switch is on."""
+               dtype: torch.dtype | None = None, out: torch.Tensor | None = None
+               ) -> torch.Tensor:
+    """What ``torch.sum`` and ``Tensor.sum`` become when the switch is on: every form of
+    theirs (``harness.invariance.call_forms``), ``out=`` included."""
     dims = [dim] if isinstance(dim, int) else (list(dim) if dim is not None else None)
-    return torch.ops.batch_invariant_ops.reduce_sum(x, dims, keepdim, dtype)
+    result = torch.ops.batch_invariant_ops.reduce_sum(x, dims, keepdim, dtype)
+    if out is None:
+        return result
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    return out.copy_(result)
 
 
 def _fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,

@@ -170,6 +170,7 @@ def _install_ops() -> tuple[types.ModuleType, types.ModuleType]:
 
     def reduce_sum(x: torch.Tensor, dim: int | None = None, keepdim: bool = False, *,
                    dtype: torch.dtype | None = None) -> torch.Tensor:
+        _reduce_sum_constraints(x, dim)
         dims = None if dim is None else [dim]
         return ref._reduce_sum_impl(x, dims, keepdim, dtype)
 
@@ -212,6 +213,23 @@ def _register_device_guard() -> None:
         guard = _DummyDeviceGuard()
         _STATE["guard"] = guard  # kept alive: the dispatcher holds only a reference
         register(guard)
+
+
+#: the reduce-sum kernel's documented constraints (vllm-ascend PR #16413, which guarded
+#: the callers after ``.sum(dim=0)`` raised on the NPU): last dimension only, these dtypes
+REDUCE_SUM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _reduce_sum_constraints(x: torch.Tensor, dim: int | None) -> None:
+    """Refuse what the AscendC kernel refuses, with its error code. ``dim=None`` (a full
+    reduction) is not refused: its constraint is not documented."""
+    if dim is not None and dim not in (-1, x.dim() - 1):
+        raise RuntimeError(f"EZ1001: Provided dim only support last dim (stand-in for the "
+                           f"AscendC npu_reduce_sum_batch_invariant: dim={dim} of a "
+                           f"{x.dim()}-d tensor)")
+    if x.dtype not in REDUCE_SUM_DTYPES:
+        raise RuntimeError(f"EZ1001: npu_reduce_sum_batch_invariant supports float16, "
+                           f"bfloat16 and float32 only, not {x.dtype} (stand-in)")
 
 
 def torch_device() -> torch.device:
