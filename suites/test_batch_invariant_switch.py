@@ -42,20 +42,26 @@ def test_switch(invariance_target: InvarianceTarget, check: str, enabled: bool,
                           + f"\nevents counted: {res.events}")
 
 
+def _applicable(target: InvarianceTarget, case: str, what: str,
+                request: pytest.FixtureRequest) -> float:
+    """Skip (naming why) where ``case`` does not apply to ``target``; else its child budget."""
+    reason = values.applies(target, case)
+    if reason:
+        pytest.skip(f"{target.name}/{case}: {reason}")
+    if target.name == "verl":
+        pytest.skip(f"verl/{what}: verl's switch runs vllm-ascend's init, whose {what} the "
+                    "vllm_ascend target's cases check (each verl case starts Ray)")
+    return target.time_budget(request.config.stash[SESSION_KEY].timeout)
+
+
 @pytest.mark.parametrize("case", list(VALUE_OPS))
 def test_switch_values(invariance_target: InvarianceTarget, case: str, run_on_npu,
                        record_property, request) -> None:  # type: ignore[no-untyped-def]
     """With the switch on, each override gives a row the same bits alone and inside batches
     of 2, 7 and 32 rows at any position, on seeded random floats (fp32, bf16), where a
     reduction split by batch size shows (the op checks' small integers are exact)."""
-    reason = values.applies(invariance_target, case)
-    if reason:
-        pytest.skip(f"{invariance_target.name}/{case}: {reason}")
-    if invariance_target.name == "verl":
-        pytest.skip("verl/values: verl's switch runs vllm-ascend's init, whose kernels the "
-                    "vllm_ascend target's value cases check (each verl case starts Ray)")
+    budget = _applicable(invariance_target, case, "value cases", request)
     cases = {dtype: values.inputs(case, dtype) for dtype in values.DTYPES}
-    budget = invariance_target.time_budget(request.config.stash[SESSION_KEY].timeout)
     res = run_on_npu(values.run_value_case, invariance_target.name, case, cases,
                      env=invariance_target.switch_env(True), timeout=budget)
     record_property("value_differences", res.value["differs"])
@@ -72,14 +78,8 @@ def test_switch_call_forms(invariance_target: InvarianceTarget, case: str, run_o
     """Every form users write of an overridden op (no dim, dim=0, dim=-1, a dim tuple,
     keepdim, dtype=, method and function, out=) gives with the switch on what it gives off,
     and raises only where off raises (the stand-in enforces the kernels' constraints)."""
-    reason = values.applies(invariance_target, case)
-    if reason:
-        pytest.skip(f"{invariance_target.name}/{case}: {reason}")
-    if invariance_target.name == "verl":
-        pytest.skip("verl/call forms: verl's switch runs vllm-ascend's init, whose forms the "
-                    "vllm_ascend target's cases check (each verl case starts Ray)")
+    budget = _applicable(invariance_target, case, "call forms", request)
     given = call_forms.inputs()
-    budget = invariance_target.time_budget(request.config.stash[SESSION_KEY].timeout)
     got = {enabled: run_on_npu(call_forms.run_forms, invariance_target.name, case, enabled,
                                given, env=invariance_target.switch_env(enabled),
                                timeout=budget).value

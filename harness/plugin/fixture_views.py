@@ -39,9 +39,22 @@ def _portable(value: Any) -> bool:
     return True
 
 
-class ConfigView:
+class _View:
+    """A read-only picture: any other attribute is refused in one line naming it."""
+
+    _HAS = ""
+    _NAME = ""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise _unavailable(f"{self._NAME}.{name}", self._HAS)
+
+
+class ConfigView(_View):
     """``pytestconfig`` / ``request.config`` as read in the child."""
 
+    _NAME = "pytestconfig"
     _HAS = "option, getoption, getini, getvalue, get_verbosity, rootpath, inipath, args, " \
         "invocation_params"
 
@@ -92,11 +105,6 @@ class ConfigView:
     def get_verbosity(self, verbosity_type: str | None = None) -> int:
         return self._verbosity.get(verbosity_type or "", self._verbosity[""])
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise _unavailable(f"pytestconfig.{name}", self._HAS)
-
     def __repr__(self) -> str:
         return f"<pytest config view (rootdir {self.rootpath}) in an isolated test>"
 
@@ -109,9 +117,10 @@ def _portable_mark(mark: Any) -> Any:
                                  for k, v in mark.kwargs.items()})
 
 
-class NodeView:
+class NodeView(_View):
     """``request.node`` as read in the child: names, location, markers, keywords."""
 
+    _NAME = "request.node"
     _HAS = "name, nodeid, originalname, path, location, keywords, own_markers, " \
         "iter_markers, get_closest_marker, callspec, config"
 
@@ -137,18 +146,14 @@ class NodeView:
     def get_closest_marker(self, name: str, default: Any = None) -> Any:
         return next(self.iter_markers(name), default)
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise _unavailable(f"request.node.{name}", self._HAS)
-
     def __repr__(self) -> str:
         return f"<Function {self.name}>"
 
 
-class RequestView:
+class RequestView(_View):
     """``request`` as read in the child."""
 
+    _NAME = "request"
     _HAS = "node, config, fixturenames, param, keywords, path, scope, function, cls, " \
         "module, instance"
 
@@ -184,11 +189,6 @@ class RequestView:
 
     def applymarker(self, marker: Any) -> None:
         raise _unavailable("request.applymarker", self._HAS)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise _unavailable(f"request.{name}", self._HAS)
 
     def __repr__(self) -> str:
         return f"<FixtureRequest for {self.node!r}>"
