@@ -63,9 +63,19 @@ def _verl_ignores_false(*args: Any) -> dict:  # type: ignore[type-arg]
 def test_a_verl_that_ignores_full_determinism_false_fails_the_off_case() -> None:
     _needs_verl()
     got, problems = _switch_case(_verl_ignores_false, VerlTarget(), False)
+    release = VerlTarget().release()
     assert problems == [
         "a Ray actor started by verl's run_ppo saw VLLM_BATCH_INVARIANT='1' with "
         "full_determinism=False, expected '0'",
+        # what vllm-ascend's "on" declares it sets, all set with verl's switch off
+        *(f"with the switch off, {release} set {what}; declared for 'on' at "
+          f"vllm_ascend/batch_invariant.py:{line} override_envs_for_invariance(){more}"
+          for what, line, more in (
+              ("HCCL_DETERMINISTIC=strict", 83, ""), ("LCCL_DETERMINISTIC=1", 84, ""),
+              ("torch.use_deterministic_algorithms(True, warn_only=True)", 88,
+               " (vllm-ascend PR #11818: A5 ops not deterministic by default)"),
+              ("config.weight_nz_mode=0", 80, ""),
+              ("config.enable_matmul_allreduce=False", 81, ""))),
         "VLLM_BATCH_INVARIANT='1' in the child, expected '0'",
         "with the switch off, verl changed the dispatcher: aten::matmul (PrivateUse1), "
         "aten::mm (PrivateUse1), aten::sum (PrivateUse1)",
@@ -94,4 +104,6 @@ def test_verl_unavailable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     assert VerlTarget().unavailable("cpu", None) == "verl is not installed"
     monkeypatch.setattr(adapters, "has_module", lambda name: name == "verl")
     assert VerlTarget().unavailable("cpu", None) == "vllm_ascend is not installed"
-    assert VerlTarget().switch_env(True) == {}  # the harness never sets verl's switch
+    # the harness never sets verl's switch; it only unsets what vllm-ascend's "on" sets
+    assert VerlTarget().switch_env(True) == {"HCCL_DETERMINISTIC": None,
+                                             "LCCL_DETERMINISTIC": None}

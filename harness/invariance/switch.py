@@ -165,7 +165,8 @@ def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str,
     on = "on" if enabled else "off"
     want_env = "1" if enabled else "0"
     problems = []
-    if enabled and not got["dispatcher_footprint"] and not got["enabled_by_identity"]:
+    if enabled and "dispatcher_footprint" in got and not got["dispatcher_footprint"] \
+            and not got["enabled_by_identity"]:
         said = "; ".join(got.get("switch_log") or ()) or "nothing"
         problems.append(
             f"{SWITCH_ENV}=1 asked {target.release()} to switch on, and it installed nothing "
