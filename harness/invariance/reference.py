@@ -316,7 +316,10 @@ def override_envs_for_invariance() -> None:
     """What "on" sets besides kernels, as vllm-ascend's does (declared in
     ``harness/invariance/declared.toml``): deterministic collectives and algorithms."""
     os.environ["HCCL_DETERMINISTIC"] = "strict"
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # torch's own setting, as torch.use_deterministic_algorithms(True, warn_only=True) makes
+    # it, without that function's import of torch._inductor (1.5-1.8 s in every case's child,
+    # and about 70 operators it defines would read as the switch's footprint)
+    torch._C._set_deterministic_algorithms(True, warn_only=True)
 
 
 def is_enabled() -> bool:

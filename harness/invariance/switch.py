@@ -89,11 +89,6 @@ def run_switch_case(target: str | InvarianceTarget, check: str, enabled: bool,
     dev = tgt.device()
     args = {k: v.to(dev) for k, v in inputs.items()}
     tgt.load()
-    # its first call imports torch's distributed, inductor and onnx op libraries (about 70
-    # operators defined): made here with the current setting, so that "on" calling it (as
-    # vllm-ascend's does) is not counted as defining them
-    torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
-                                       warn_only=torch.is_deterministic_algorithms_warn_only_enabled())
     before = registrations()
     with _warnings_logged(tgt.loggers) as logged:
         tgt.set_switch(enabled)
