@@ -406,7 +406,6 @@ class ForkServerLauncher:
     def __init__(self, preload: tuple[str, ...] = DEFAULT_PRELOAD,
                  warmup: tuple[str, str] | None = None) -> None:
         self.preload = tuple(preload)
-        self.warmup = warmup
         self._dir = str(workdirs.make("fs"))
         self.sock_path = os.path.join(self._dir, "sock")
         package_root = PACKAGE_ROOT

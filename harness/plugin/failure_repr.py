@@ -72,12 +72,17 @@ class RenderSettings:
             writer = config.get_terminal_writer()
             settings.markup = bool(writer.hasmarkup)
             settings.code_highlight = bool(getattr(writer, "code_highlight", False))
-        for plugin in config.pluginmanager.get_plugins():
-            file = getattr(plugin, "__file__", None)
-            if file and Path(file).name == "conftest.py" and \
-                    callable(getattr(plugin, "pytest_assertrepr_compare", None)):
-                settings.compare_hooks.append((plugin.__name__, str(file)))
+        for module in conftest_modules(config):
+            if callable(getattr(module, "pytest_assertrepr_compare", None)):
+                settings.compare_hooks.append((module.__name__, str(module.__file__)))
         return settings
+
+
+def conftest_modules(config: Any) -> list[Any]:
+    """The conftest modules pytest loaded for ``config``, outermost first."""
+    found = [p for p in config.pluginmanager.get_plugins()
+             if getattr(p, "__file__", None) and Path(p.__file__).name == "conftest.py"]
+    return sorted(found, key=lambda m: (len(Path(m.__file__).parts), m.__file__))
 
 
 class _Config:

@@ -16,6 +16,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from harness.isolation.child import _pack
+
 #: fixtures of the pytest process that an isolated test gets a view of
 VIEWED = ("request", "pytestconfig", "tmp_path_factory", "tmpdir_factory")
 
@@ -30,13 +32,8 @@ def _unavailable(what: str, has: str) -> AttributeError:
 
 
 def _portable(value: Any) -> bool:
-    try:
-        import cloudpickle
-
-        cloudpickle.loads(cloudpickle.dumps(value))
-    except Exception:  # noqa: BLE001 - anything that does not travel is left out
-        return False
-    return True
+    """Whether ``value`` travels to the child (what does not is left out of the view)."""
+    return _pack(value)[0] is not None
 
 
 class _View:

@@ -23,7 +23,6 @@ import importlib
 import os
 import pickle
 import sys
-import types
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -69,45 +68,38 @@ class Plan:
         return self.written
 
 
-def plan(items: Sequence[pytest.Item], isolated: Any, config: Any = None) -> Plan | None:
+def plan(items: Sequence[pytest.Item], isolated: Any, config: Any, *,
+         always: bool = False) -> Plan | None:
     """The modules to warm up for the ``items`` that ``isolated(item)`` selects; None when
-    no collected test runs isolated as a whole test (unless ``config`` is given: then the
-    plan may hold nothing but torch, for a server started without it)."""
+    no collected test runs isolated as a whole test, unless ``always`` (a server started
+    without torch: the plan may then hold nothing but torch)."""
     from _pytest.doctest import DoctestItem, DoctestTextfile
 
     from harness.plugin import whole_test_child
+    from harness.plugin.failure_repr import conftest_modules
 
-    given = config
-    config = None
     tests: dict[str, tuple[str, bool]] = {}  # name: (file, asserts rewritten)
     torch = False
+    selected = False
     for item in items:
         if "run_on_npu" in getattr(getattr(item, "_fixtureinfo", None), "argnames", ()):
             torch = True
         if isinstance(item, DoctestItem) and isolated(item):
-            config = item.config
+            selected = True
             globs = item.dtest.globs
             if not isinstance(item.parent, DoctestTextfile) and globs.get("__file__"):
                 tests.setdefault(str(globs["__name__"]), (str(globs["__file__"]), False))
             continue
         if not isinstance(item, pytest.Function) or not isolated(item):
             continue
-        config = item.config
-        module = item.module
-        path = getattr(module, "__file__", None)
+        selected = True
+        path = getattr(item.module, "__file__", None)
         if path:  # a test module's asserts are rewritten (its doctests' import is not)
-            tests[module.__name__] = (str(path), True)
-    if config is None:
-        if given is None:
-            return None
-        config = given
+            tests[item.module.__name__] = (str(path), True)
+    if not selected and not always:
+        return None
     found = Plan(torch=torch)
-    conftests = sorted(
-        (p for p in config.pluginmanager.get_plugins()
-         if isinstance(p, types.ModuleType) and p.__file__
-         and Path(p.__file__).name == "conftest.py"),
-        key=lambda m: (len(Path(m.__file__).parts), m.__file__))  # type: ignore[arg-type]
-    for module in conftests:
+    for module in conftest_modules(config):
         found.modules.append((module.__name__, str(module.__file__),
                               whole_test_child.module_code(str(module.__file__), config)))
     found.conftests = len(found.modules)

@@ -161,8 +161,8 @@ class WholeTestIsolation:
         if controller or harness.method not in ("auto", "forkserver") or \
                 harness._launcher is not None:
             return
-        started = harness._server is not None
-        found = preload.plan(session.items, self._isolated, config if started else None)
+        found = preload.plan(session.items, self._isolated, config,
+                             always=harness._server is not None)
         if found is None:
             return
         harness.warm(found)
@@ -230,7 +230,7 @@ class WholeTestIsolation:
         try:
             res.raise_for_outcome()
         except (ChildCrashed, ChildTimeout) as exc:
-            path, line, _ = item.location
+            line = item.location[1]
             with contextlib.suppress(Exception):
                 item.stash[LONGREPR_KEY] = failure_repr.ending(
                     str(item.path), (line or 0) + 1, f"{_qualname(exc)}: {exc}", res.stack)

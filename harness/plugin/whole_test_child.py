@@ -337,14 +337,15 @@ def _run_unittest(module: Any, qualname: str, render: failure_repr.RenderSetting
 
     cls_name, _, method = qualname.rpartition(".")
     cls = _resolve(module, cls_name, None)
-    result = _UnittestResult(render, getattr(cls, method, None), report)
+    obj = getattr(cls, method, None)
+    result = _UnittestResult(render, obj, report)
     unittest.TestSuite([cls(method)]).run(result)
     if result.raw:
         kind, value, tb = result.raw[0]
         if render is not None:
             value = value if value is not None else kind()
-            report["longrepr"] = failure_repr.render(value.with_traceback(tb),
-                                                     getattr(cls, method), render, True)
+            report["longrepr"] = failure_repr.render(value.with_traceback(tb), obj, render,
+                                                     True)
         raise value.with_traceback(tb)
     if result.unexpectedSuccesses:
         pytest.fail("Unexpected success", pytrace=False)
