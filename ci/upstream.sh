@@ -10,7 +10,10 @@
 # under .upstream/ and put on sys.path by a .pth file, and the build-time file its setup.py
 # writes (vllm_ascend/_build_info.py, for $SOC_VERSION, default ascend910b1) is written by
 # that setup.py's own gen_build_info(). torch-npu contributes its wheel's Python files and
-# headers under .upstream/ (read, never imported). Idempotent.
+# headers under .upstream/ (read, never imported). SGLang contributes its wheel's Python
+# sources under .upstream/ (on the same .pth): its PyPI wheel declares the CUDA target's
+# requirements (torch==2.14.1, flashinfer...), while Ascend installs it from its source tree
+# (docs.sglang.io, Ascend NPUs: pyproject_npu.toml, triton-ascend). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${1:-python3}
@@ -19,12 +22,13 @@ profile() { "$PY" -m harness.stack.profile "$@" "$PROFILE"; }
 mapfile -t wheels < <(profile get wheels)
 mapfile -t sources < <(profile get sources)
 lock=$(profile get lock)
-ascend="" torch_npu=""
+ascend="" torch_npu="" sglang=""
 for req in "${sources[@]}"; do
   case "$req" in
     vllm-ascend==*) ascend=${req#vllm-ascend==} ;;
     torch-npu==*) torch_npu=${req#torch-npu==} ;;
-    *) echo "ci/upstream.sh: $PROFILE: unknown source '$req' (vllm-ascend, torch-npu)" >&2; exit 2 ;;
+    sglang==*) sglang=${req#sglang==} ;;
+    *) echo "ci/upstream.sh: $PROFILE: unknown source '$req' (vllm-ascend, torch-npu, sglang)" >&2; exit 2 ;;
   esac
 done
 installed() {  # name -> its installed version, or nothing
@@ -88,7 +92,31 @@ scope["gen_build_info"]()
 print("npu-regress upstream: vllm_ascend/_build_info.py written by its setup.py for "
       f"SOC_VERSION={soc}: " + open(os.path.join(dest, "vllm_ascend", "_build_info.py")).read().splitlines()[-1])
 PYEOF
-  echo "$dest" > "$site/npu_regress_upstream.pth"
+  echo "$dest" >> "$site/npu_regress_upstream.pth"
+fi
+# SGLang: its wheel's sglang/ package as released (its JIT kernels' sources included: a
+# module finds them at import), none of its requirements
+if [ -n "$sglang" ] && [ -n "$(installed sglang)" ]; then
+  echo "npu-regress upstream: keeping installed sglang $(installed sglang)"
+  sglang=""
+fi
+if [ -n "$sglang" ]; then
+  dest="$PWD/.upstream/sglang-$sglang"
+  if [ ! -f "$dest/sglang/srt/batch_invariant_ops/batch_invariant_ops.py" ]; then
+    dl=$(mktemp -d)
+    "$PY" -m pip download -q --no-deps --only-binary :all: -d "$dl" "sglang==$sglang"
+    rm -rf "$dest" "$dest.partial"
+    mkdir -p "$dest.partial"
+    "$PY" - "$dl" "$dest.partial" <<'PYEOF'
+import pathlib, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("sglang-*.whl"))
+with zipfile.ZipFile(wheel) as zf:
+    zf.extractall(sys.argv[2], [n for n in zf.namelist() if n.startswith("sglang/")])
+PYEOF
+    mv "$dest.partial" "$dest"
+    rm -rf "$dl"
+  fi
+  echo "$dest" >> "$site/npu_regress_upstream.pth"
 fi
 # torch-npu: its files, not an install (importing it needs its torch and CANN). An image
 # with a real torch_npu is read from there instead (harness.stack.upstream.torch_npu_file).
@@ -149,7 +177,7 @@ profile verify
 profile record
 "$PY" - <<'PYEOF'
 import importlib.util
-for name in ("vllm", "verl", "vllm_ascend"):
+for name in ("vllm", "verl", "vllm_ascend", "sglang"):
     spec = importlib.util.find_spec(name)
     print(f"npu-regress upstream: {name} -> {spec.submodule_search_locations[0] if spec else 'MISSING'}")
 PYEOF

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.invariance import CHECKS, InvarianceTarget, call_forms, values
+from harness.invariance import CHECKS, InvarianceTarget, call_forms, on_off, values
 from harness.invariance.switch import case_inputs, judge, run_switch_case
 from harness.invariance.values import VALUE_OPS
 from harness.plugin import SESSION_KEY
@@ -89,3 +89,22 @@ def test_switch_call_forms(invariance_target: InvarianceTarget, case: str, run_o
     if problems and release != invariance_target.name:
         record_property("release_finding", release)
     assert not problems, "\n- ".join(["", *problems]).lstrip("\n")
+
+
+def test_switch_on_then_off(invariance_target: InvarianceTarget, run_on_npu,
+                            record_property, request) -> None:  # type: ignore[no-untyped-def]
+    """On, then the release's own off, in one process: every kernel the switch overrode and
+    every function it declares it rebinds must be what it was before."""
+    target = invariance_target
+    if target.in_process_off is None:
+        pytest.skip(f"{target.name}: {target.release()} has no in-process off")
+    budget = target.time_budget(request.config.stash[SESSION_KEY].timeout)
+    res = run_on_npu(on_off.run_on_then_off, target.name, env=target.switch_env(False),
+                     timeout=budget)
+    record_property("left_patched", {"kernels": res.value["left_footprint"],
+                                     "functions": res.value["left_rebound"]})
+    problems = on_off.judge(target, res.value)
+    if problems and target.release() != target.name:
+        record_property("release_finding", target.release())
+    assert not problems, (f"{target.release()} on, then {target.in_process_off}:\n- "
+                          + "\n- ".join(problems))

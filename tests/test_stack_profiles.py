@@ -33,9 +33,12 @@ def test_the_three_profiles_load_and_say_what_they_are() -> None:
     assert got["verl"].wheels["vllm"] == "0.24.0" and got["verl"].pins["transformers"] == "5.9.0"
     assert got["forward"].kind == "forward" and got["forward"].verify == "report"
     assert all(p.kind == "release" for n, p in got.items() if n != "forward")
-    # the one place a CPU machine cannot follow the matrix is written down, with the reason
-    for p in got.values():
-        assert [d["package"] for d in p.deviations] == ["torch"]
+    # where a CPU machine cannot follow the matrix, it is written down, with the reason:
+    # torch everywhere, and SGLang's sources without the CUDA wheel's requirements
+    assert got["default"].sources["sglang"] == "0.5.23"
+    for name, p in got.items():
+        assert [d["package"] for d in p.deviations] == (
+            ["torch", "sglang"] if name == "default" else ["torch"])
         assert all(d["reason"] for d in p.deviations)
         assert all(why for reasons in p.not_installed.values() for why in reasons.values())
 

@@ -6,7 +6,8 @@ library exists, ``torch.sum`` is the replacement), and names the dispatch events
 expects. The switch checks themselves live in ``harness.invariance.switch``.
 
 Built in: ``reference`` (ours, CPU and any device), ``vllm_ascend`` (NPU or the CPU stand-in),
-``verl`` (verl's rollout switch over vllm_ascend), ``vllm`` (CUDA and CPU).
+``verl`` (verl's rollout switch over vllm_ascend), ``sglang`` (NPU or the CPU stand-in),
+``vllm`` (CUDA and CPU).
 Third parties add targets through the entry-point group ``npu_regress.invariance_targets``
 (each entry point loads an ``InvarianceTarget`` instance or class).
 
@@ -34,13 +35,14 @@ from harness.invariance.target import (  # noqa: F401 - the family's public name
 def _builtin() -> dict[str, Callable[[], InvarianceTarget]]:
     from harness.invariance.adapters import (
         ReferenceTarget,
+        SglangTarget,
         VerlTarget,
         VllmAscendTarget,
         VllmTarget,
     )
 
     return {"reference": ReferenceTarget, "vllm_ascend": VllmAscendTarget, "vllm": VllmTarget,
-            "verl": VerlTarget}
+            "verl": VerlTarget, "sglang": SglangTarget}
 
 
 def registry() -> dict[str, Callable[[], InvarianceTarget]]:

@@ -1,5 +1,6 @@
 """The built-in batch-invariance targets: reference (ours), vllm_ascend (NPU, or the CPU
-stand-in), verl (verl's rollout switch over vllm_ascend), vllm (CUDA and CPU).
+stand-in), verl (verl's rollout switch over vllm_ascend), sglang (NPU, or the CPU
+stand-in), vllm (CUDA and CPU).
 
 The upstream adapters run the released code (CI: the upstream set of ``ci/upstream.txt``)
 and skip, naming the missing piece, where it is not installed.
@@ -92,33 +93,25 @@ class ReferenceTarget(OpSetTarget):
         return mod.fused_infer_attention_score, (mod.batch_invariant_attention,)
 
 
-class VllmAscendTarget(OpSetTarget):
-    """vllm-ascend's AscendC path (``vllm_ascend.batch_invariant``): on a real NPU, or, on a
-    machine without one, the released sources on the CPU-backed stand-in device
+class AscendOpsTarget(OpSetTarget):
+    """A stack whose switch, on an NPU, registers the AscendC ``batch_invariant_ops`` and
+    rebinds torch_npu's fused kernels (vllm-ascend, SGLang): on a real NPU, or, on a machine
+    without one, the released sources on the CPU-backed stand-in device
     (``harness.invariance.standin``: the NPU key, torch_npu's native ops,
     ``batch_invariant_ops``)."""
 
-    name = "vllm_ascend"
     devices = ("npu", "cpu")
-    module_name = "vllm_ascend.batch_invariant"
-    distribution = "vllm-ascend"
+    #: the import package that must be installed (its distribution is ``distribution``)
+    package = ""
     #: what the adapter uses of the module; a missing one is upstream drift
-    UPSTREAM_SYMBOLS = ("init_batch_invariance", "enable_batch_invariant_mode",
-                        "override_envs_for_invariance", "_batch_invariant_LIB",
-                        "HAS_ASCENDC_BATCH_INVARIANT", "reduce_sum")
-    OPS = {
-        "mm": "batch_invariant_ops::npu_mm_batch_invariant",
-        "matmul": "batch_invariant_ops::npu_matmul_batch_invariant",
-        "torch_sum": "batch_invariant_ops::npu_reduce_sum_batch_invariant",
-        "tensor_sum": "batch_invariant_ops::npu_reduce_sum_batch_invariant",
-    }
+    UPSTREAM_SYMBOLS: tuple[str, ...] = ()
     RMS_NORM_EVENT = "npu::npu_rms_norm"
     FUSED_ADD_RMS_NORM_EVENT = "npu::npu_add_rms_norm"
     ATTENTION_OP = "npu_fused_infer_attention_score_batch_invariant"
 
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
-        if not has_module("vllm_ascend"):
-            return "vllm_ascend is not installed"
+        if not has_module(self.package):
+            return f"{self.package} is not installed"
         if device_kind == "npu":
             for module in ("torch_npu", "batch_invariant_ops"):
                 if not has_module(module):
@@ -146,6 +139,40 @@ class VllmAscendTarget(OpSetTarget):
         require(module, self.distribution, self.UPSTREAM_SYMBOLS)
         return module
 
+    def is_enabled(self) -> bool:
+        return getattr(self._module(), "_batch_invariant_LIB", None) is not None
+
+    def add_rms_norm(self) -> Callable[..., Any]:
+        import torch_npu
+
+        npu_add_rms_norm: Callable[..., Any] = torch_npu.npu_add_rms_norm
+        return npu_add_rms_norm
+
+    def attention_binding(self) -> tuple[Any, tuple[Any, ...]]:
+        import torch
+        import torch_npu
+
+        packet = getattr(torch.ops.batch_invariant_ops, self.ATTENTION_OP)
+        return torch_npu.npu_fused_infer_attention_score, (packet, packet.default)
+
+
+class VllmAscendTarget(AscendOpsTarget):
+    """vllm-ascend's AscendC path (``vllm_ascend.batch_invariant``)."""
+
+    name = "vllm_ascend"
+    module_name = "vllm_ascend.batch_invariant"
+    distribution = "vllm-ascend"
+    package = "vllm_ascend"
+    UPSTREAM_SYMBOLS = ("init_batch_invariance", "enable_batch_invariant_mode",
+                        "override_envs_for_invariance", "_batch_invariant_LIB",
+                        "HAS_ASCENDC_BATCH_INVARIANT", "reduce_sum")
+    OPS = {
+        "mm": "batch_invariant_ops::npu_mm_batch_invariant",
+        "matmul": "batch_invariant_ops::npu_matmul_batch_invariant",
+        "torch_sum": "batch_invariant_ops::npu_reduce_sum_batch_invariant",
+        "tensor_sum": "batch_invariant_ops::npu_reduce_sum_batch_invariant",
+    }
+
     def set_switch(self, enabled: bool) -> None:
         os.environ[SWITCH_ENV] = "1" if enabled else "0"
         self._init()
@@ -163,9 +190,6 @@ class VllmAscendTarget(OpSetTarget):
             else:
                 module.init_batch_invariance()
 
-    def is_enabled(self) -> bool:
-        return getattr(self._module(), "_batch_invariant_LIB", None) is not None
-
     def config_object(self) -> Any:
         return getattr(self, "_config", None)
 
@@ -175,18 +199,67 @@ class VllmAscendTarget(OpSetTarget):
             raise AssertionError(f"{self.module_name} has no reduce_sum to compare torch.sum with")
         return fn
 
-    def add_rms_norm(self) -> Callable[..., Any]:
-        import torch_npu
 
-        npu_add_rms_norm: Callable[..., Any] = torch_npu.npu_add_rms_norm
-        return npu_add_rms_norm
+class SglangTarget(AscendOpsTarget):
+    """SGLang's Ascend path (``sglang.srt.batch_invariant_ops``): on an NPU it registers
+    ``npu_batch_invariant_ops``' AscendC ops for mm, matmul, mean.dim and _log_softmax and
+    rebinds torch_npu's FIA and add_rms_norm; switched by ``--enable-deterministic-inference``
+    (``harness.invariance.sglang_switch``). It has no sum override and no variable of its
+    own; ``disable_batch_invariant_mode()`` turns it off in the process."""
 
-    def attention_binding(self) -> tuple[Any, tuple[Any, ...]]:
-        import torch
-        import torch_npu
+    name = "sglang"
+    module_name = "sglang.srt.batch_invariant_ops.batch_invariant_ops"
+    distribution = "sglang"
+    package = "sglang"
+    UPSTREAM_SYMBOLS = ("enable_batch_invariant_mode", "disable_batch_invariant_mode",
+                        "_batch_invariant_LIB")
+    OPS = {
+        "mm": "batch_invariant_ops::npu_mm_batch_invariant",
+        "matmul": "batch_invariant_ops::npu_matmul_batch_invariant",
+    }
+    switch_variable = None
+    in_process_off = "disable_batch_invariant_mode()"
 
-        packet = getattr(torch.ops.batch_invariant_ops, self.ATTENTION_OP)
-        return torch_npu.npu_fused_infer_attention_score, (packet, packet.default)
+    def switch_env(self, enabled: bool) -> dict[str, str | None]:
+        return {SWITCH_ENV: None}  # not SGLang's: a runner's export must not matter
+
+    def not_applicable(self, check: str) -> str | None:
+        if check in ("torch_sum", "tensor_sum"):
+            return (f"{self.release()}'s switch has no sum override (it overrides "
+                    f"{', '.join(sorted(self.declared().ops or ()))}; "
+                    f"{self.declared().ops_source}): see the coverage table")
+        return None
+
+    def device(self) -> Any:
+        dev = super().device()
+        from harness.stack import devices
+
+        if devices.device_kind() != "npu":
+            from harness.invariance import standin_triton
+
+            standin_triton.install()  # triton-ascend, for the kernels' definitions only
+        return dev
+
+    def _module(self) -> types.ModuleType:
+        from harness.invariance import sglang_switch
+
+        module = sglang_switch.load()
+        require(module, self.distribution, self.UPSTREAM_SYMBOLS)
+        return module
+
+    def set_switch(self, enabled: bool) -> None:
+        from harness.invariance import sglang_switch
+
+        self._gate = sglang_switch.turn_switch(enabled)
+
+    def evidence(self) -> dict[str, Any]:
+        from harness.invariance import sglang_switch
+
+        return {"switch_flag": sglang_switch.FLAG, "gate": getattr(self, "_gate", None)}
+
+    def switch_off(self) -> bool:
+        self._module().disable_batch_invariant_mode()
+        return True
 
 
 class VerlTarget(VllmAscendTarget):

@@ -63,6 +63,7 @@ class Declared:
     #: Python-level functions the switch replaces (``torch.sum``...)
     rebinds: set[str] = field(default_factory=set)
     ops_source: str = ""
+    rebinds_source: str = ""
     overrides: list[Override] = field(default_factory=list)
 
 
@@ -83,6 +84,7 @@ def load(target: str, version: str | None, path: Path = DATA) -> Declared:
             found.ops = set(entry["ops"])
             found.rebinds = set(entry.get("rebinds", ()))
             found.ops_source = entry["source"]
+            found.rebinds_source = entry.get("rebinds_source", entry["source"])
     for entry in data.get("override", []):
         if entry["target"] == target and _in_release(entry["release"], version):
             if entry["kind"] not in KINDS:

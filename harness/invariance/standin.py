@@ -4,8 +4,9 @@ What cannot exist on a CPU is stood in for, nothing more: the device (PyTorch's 
 backend renamed ``npu``, the way PyTorch tests out-of-tree backends, so that "NPU" parses as
 a dispatch key and the release's ``Library.impl(..., "NPU")`` calls are real registrations),
 torch_npu's native ops (``npu_rms_norm``, ``npu_add_rms_norm``,
-``npu_fused_infer_attention_score`` as ``npu::`` operators) and the AscendC
-``batch_invariant_ops`` package (``npu_mm_batch_invariant``...). Tensors on the stand-in
+``npu_fused_infer_attention_score`` as ``npu::`` operators, the graph-handler registry of
+``torch_npu.npu``) and the AscendC ``batch_invariant_ops`` package
+(``npu_mm_batch_invariant``..., what vllm-ascend and SGLang call). Tensors on the stand-in
 device are wrapper tensors holding a CPU tensor: an operator with a kernel registered for
 the NPU key runs that kernel (so a release's overrides and their profiler events are real),
 any other runs on the CPU payload. The stand-in ops compute what the CPU reference ops
@@ -118,7 +119,32 @@ def _device_module() -> types.ModuleType:
     mod.synchronize = lambda device=None: None  # type: ignore[attr-defined]
     mod.is_initialized = lambda: True  # type: ignore[attr-defined]
     mod._is_in_bad_fork = lambda: False  # type: ignore[attr-defined]
+    # torch_npu.npu's graph-capture handler registry (Python in torch_npu; SGLang's NPU
+    # batch-invariant ops register a handler for their FIA op at import)
+    mod.NpuGraphOpHandler = NpuGraphOpHandler  # type: ignore[attr-defined]
+    mod.register_npu_graph_handler = register_npu_graph_handler  # type: ignore[attr-defined]
     return mod
+
+
+#: op name -> its graph-capture handler (``register_npu_graph_handler``)
+GRAPH_HANDLERS: dict[str, type] = {}
+
+
+class NpuGraphOpHandler:
+    """torch_npu.npu's base class of an op's graph-capture handler: capture unchanged."""
+
+    @classmethod
+    def prepare_capture(cls, func: Any, args: Any, kwargs: Any) -> Any:
+        return func, args, kwargs
+
+
+def register_npu_graph_handler(names: list[str]) -> Any:
+    def register(handler: type) -> type:
+        for name in names:
+            GRAPH_HANDLERS[name] = handler
+        return handler
+
+    return register
 
 
 # --- the native ops, computed as the CPU reference computes them ---------------------------
@@ -168,6 +194,10 @@ def _install_ops() -> tuple[types.ModuleType, types.ModuleType]:
         out = ref.batch_invariant_attention(query, key, value)
         return out, out.new_zeros(())
 
+    def workspace(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+                  ) -> torch.Tensor:
+        return query.new_empty((0,), dtype=torch.uint8)  # the CPU attention needs none
+
     def reduce_sum(x: torch.Tensor, dim: int | None = None, keepdim: bool = False, *,
                    dtype: torch.dtype | None = None) -> torch.Tensor:
         _reduce_sum_constraints(x, dim)
@@ -188,6 +218,16 @@ def _install_ops() -> tuple[types.ModuleType, types.ModuleType]:
                      "bool keepdim=False, *, ScalarType? dtype=None) -> Tensor", reduce_sum)
     _define(bio_lib, "npu_fused_infer_attention_score_batch_invariant(Tensor query, "
                      "Tensor key, Tensor value) -> (Tensor, Tensor)", attention_bi)
+    # what SGLang's NPU batch-invariant ops call besides (its npu_batch_invariant_ops.py)
+    _define(bio_lib, "npu_reduce_mean_batch_invariant(Tensor self, int dim, "
+                     "bool keepdim=False) -> Tensor",
+            lambda x, dim, keepdim=False: ref._mean_impl(x, [dim], keepdim))
+    _define(bio_lib, "npu_log_softmax_batch_invariant(Tensor self, int dim) -> Tensor",
+            ref._log_softmax_impl)
+    _define(bio_lib, "_npu_fused_infer_attention_score_batch_invariant_get_max_workspace("
+                     "Tensor query, Tensor key, Tensor value) -> Tensor", workspace)
+    _define(npu_lib, "_npu_fused_infer_attention_score_get_max_workspace(Tensor query, "
+                     "Tensor key, Tensor value) -> Tensor", workspace)
 
     torch_npu = types.ModuleType("torch_npu")
     torch_npu.__doc__ = "harness.invariance.standin: torch_npu's native ops on a CPU-backed NPU"
@@ -196,6 +236,8 @@ def _install_ops() -> tuple[types.ModuleType, types.ModuleType]:
     torch_npu.npu_add_rms_norm = torch.ops.npu.npu_add_rms_norm  # type: ignore[attr-defined]
     torch_npu.npu_fused_infer_attention_score = (  # type: ignore[attr-defined]
         torch.ops.npu.npu_fused_infer_attention_score)
+    torch_npu._npu_fused_infer_attention_score_get_max_workspace = (  # type: ignore[attr-defined]
+        torch.ops.npu._npu_fused_infer_attention_score_get_max_workspace)
     bio = types.ModuleType("batch_invariant_ops")
     bio.__doc__ = "harness.invariance.standin: the AscendC batch-invariant ops on a CPU-backed NPU"
     return torch_npu, bio

@@ -163,8 +163,9 @@ def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str,
     if enabled and "dispatcher_footprint" in got and not got["dispatcher_footprint"] \
             and not got["enabled_by_identity"]:
         said = "; ".join(got.get("switch_log") or ()) or "nothing"
+        asked = f"{target.switch_variable}=1" if target.switch_variable else "the switch"
         problems.append(
-            f"{SWITCH_ENV}=1 asked {target.release()} to switch on, and it installed nothing "
+            f"{asked} asked {target.release()} to switch on, and it installed nothing "
             f"(no kernel changed, off by identity); its log said: {said}. A runner without "
             f"the ops package does this: see {OPS_PACKAGE_CHECK}")
     for expect in target.expectations(check, enabled):
@@ -182,14 +183,16 @@ def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str,
             target.declared(), target.release(), enabled, got["declared_state"],
             got["dispatcher_footprint"] if check == "switch" else None))
     # unset is off (vLLM's default): verl leaves it unset in its driver when off
-    if got["switch_env"] != want_env and (enabled or got["switch_env"] is not None):
+    if target.switch_variable and got["switch_env"] != want_env \
+            and (enabled or got["switch_env"] is not None):
         problems.append(f"{SWITCH_ENV}={got['switch_env']!r} in the child, expected {want_env!r}")
     if not enabled and got["dispatcher_footprint"]:
         problems.append(f"with the switch off, {target.name} changed the dispatcher: "
                         f"{_described(got['dispatcher_footprint'])}")
     if got["enabled_by_identity"] is not enabled:
         problems.append(f"{target.name} is {'off' if enabled else 'on'} by identity although "
-                        f"{SWITCH_ENV}={want_env}")
+                        + (f"{target.switch_variable}={want_env}" if target.switch_variable
+                           else f"the switch is {on}"))
     if check == "torch_sum" and got["torch_sum_replaced"] is not enabled:
         problems.append(f"torch.sum is {'' if got['torch_sum_replaced'] else 'not '}the "
                         f"batch-invariant reduce_sum with the switch {on}")

@@ -116,6 +116,19 @@ class InvarianceTarget:
 
         return {**unset_env(self.declared()), **switch_env(enabled)}
 
+    #: the environment variable that is the switch (unset: off), or None where the switch
+    #: is not a variable (SGLang's server flag)
+    switch_variable: str | None = SWITCH_ENV
+
+    #: the release's in-process "off" (``disable_batch_invariant_mode()``), as its users
+    #: call it; None: it has none (``switch_off`` then does nothing)
+    in_process_off: str | None = None
+
+    def switch_off(self) -> bool:
+        """Child side, after the switch was on: call ``in_process_off``; False where the
+        release has none."""
+        return False
+
     #: loggers the stack logs on without propagating to the root (vLLM's): a switch that
     #: declines says why there
     loggers: tuple[str, ...] = ("vllm", "vllm_ascend", "sglang", "verl")
