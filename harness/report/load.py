@@ -50,6 +50,8 @@ class TestResult:
     children: tuple[dict[str, Any], ...] = ()
     #: "upstream-drift" where the failure is a missing or renamed upstream symbol
     category: str = ""
+    #: a switch case's dispatcher footprint: operator -> the dispatch keys it changed
+    dispatcher_footprint: dict[str, tuple[str, ...]] | None = None
 
     @property
     def failing(self) -> bool:
@@ -272,7 +274,23 @@ def parse_test(record: dict[str, Any], *, lean: bool = False) -> TestResult:
         if result.failing:  # only a failure's card shows its children (memory)
             result.children = _children(record.get("children"))
         result.category = _text(record.get("category"), 40)
+        result.dispatcher_footprint = _footprint(record.get("dispatcher_footprint"))
     return result
+
+
+#: operators kept of one footprint (a switch overrides a handful; the rest is noise)
+MAX_FOOTPRINT = 64
+
+
+def _footprint(value: Any) -> dict[str, tuple[str, ...]] | None:
+    """A dispatcher footprint ({op: [keys]}) checked and cut to size; None if not one."""
+    if not isinstance(value, dict):
+        return None
+    out: dict[str, tuple[str, ...]] = {}
+    for op, keys in list(value.items())[:MAX_FOOTPRINT]:
+        if isinstance(op, str) and isinstance(keys, list):
+            out[_text(op, 200)] = tuple(_text(k, 40) for k in keys[:8] if isinstance(k, str))
+    return out
 
 
 def load_junit(path: Path) -> RunResults:

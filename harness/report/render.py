@@ -20,6 +20,7 @@ from markupsafe import Markup
 from harness.report import page
 from harness.report.atomic import write_whole
 from harness.report.compare import Comparison, changes_text
+from harness.report.coverage import coverage
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#7f7f7f")
@@ -198,7 +199,7 @@ def render(comp: Comparison, out: Path) -> list[Path]:
         runner_lines=[page.runner_line(name, comp.runs[name]) for name in comp.runners
                       if name in comp.runs],
         news=page.news(comp), cards=page.failure_cards(comp), matrices=matrices,
-        alerts=alerts, page_problems=PAGE_PROBLEMS,
+        alerts=alerts, page_problems=PAGE_PROBLEMS, coverage=coverage(comp),
         incomplete=any(a.key in ("incomplete", "unreadable") for a in alerts),
         bars=page.family_bars(matrices), nights_seen=nights_seen,
         changed=sorted(comp.event_changes(), key=lambda c: (c.test, c.runner)),
