@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 import torch
 
+from harness.logprobs.bits import compare_bits  # noqa: F401 - the family's public name
+
 DEFAULT_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 32)
 DEFAULT_SLOTS = ("first", "middle", "last")
 
@@ -78,6 +80,10 @@ class InvarianceReport:
     #: of those, the batch-sensitive ones (reductions, contractions) that ran outside the
     #: target's invariant set (filled by the case runner, which knows the target)
     outside_invariant_set: dict[str, int] = field(default_factory=dict)
+    #: where the first failing pass first differs from the probe alone, op by op
+    #: (``harness.logprobs.divergence``): the op, overload, shapes, dtype, max ULP, and the
+    #: sentence the table shows; None where no comparison failed or it was not located
+    first_divergence: dict[str, Any] | None = None
     #: outputs of the first run, kept by the repeat check for a comparison across processes
     outputs: list[torch.Tensor] = field(default_factory=list)
 
@@ -113,6 +119,8 @@ class InvarianceReport:
                  "steps)"]
         for r in [head, *rows]:
             lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+        if self.first_divergence:
+            lines.append(self.first_divergence["sentence"])
         if self.outside_invariant_set:
             lines.append("ran outside the target's invariant set during the first failing "
                          "pass: " + ", ".join(f"{op} x{n}" for op, n in
@@ -130,45 +138,8 @@ class InvarianceReport:
             "phases_differing": sorted({m.phase for m in self.mismatches}),
             "max_ulp": max((m.max_ulp for m in self.mismatches), default=0),
             "first": asdict(self.mismatches[0]) if self.mismatches else None,
+            "first_divergent_op": (self.first_divergence or {}).get("op"),
         }
-
-
-def _ordered(bits: torch.Tensor, sign_bit: int) -> torch.Tensor:
-    """Map IEEE bit patterns to integers whose difference counts ULPs."""
-    b = bits.long() & ((1 << (sign_bit + 1)) - 1)
-    mag = b & ((1 << sign_bit) - 1)
-    return torch.where((b >> sign_bit) & 1 == 1, -mag, mag)
-
-
-def _bits(t: torch.Tensor) -> tuple[torch.Tensor, int]:
-    if t.dtype == torch.float64:
-        return t.view(torch.int64), 63
-    if t.dtype == torch.float32:
-        return t.view(torch.int32), 31
-    if t.dtype in (torch.bfloat16, torch.float16):
-        return t.view(torch.int16), 15
-    raise TypeError(f"logprobs must be floating point, got {t.dtype}")
-
-
-def compare_bits(ref: torch.Tensor, got: torch.Tensor) -> tuple[int, float, int, int] | None:
-    """None if bitwise equal; else (first index, max abs diff, max ULP, differing count)."""
-    ref, got = ref.detach().cpu().flatten(), got.detach().cpu().flatten()
-    if ref.dtype != got.dtype or ref.shape != got.shape:
-        n = min(ref.numel(), got.numel())
-        return (n, float("inf"), -1, abs(ref.numel() - got.numel()) or 1)
-    rb, width = _bits(ref)
-    gb, _ = _bits(got)
-    differ = rb != gb
-    if not bool(differ.any()):
-        return None
-    first = int(differ.nonzero()[0, 0])
-    diff = (ref.double() - got.double()).abs()
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
-    if width == 63:
-        ulp = int((rb - gb).abs().max())
-    else:
-        ulp = int((_ordered(rb, width) - _ordered(gb, width)).abs().max())
-    return first, float(diff[differ].max()), ulp, int(differ.sum())
 
 
 def make_sequences(seed: int, vocab: int, count: int, *, min_len: int = 4,
@@ -220,6 +191,8 @@ def check_batch_invariance(
                               decode_steps=decode_steps, probe_length=len(probe))
     ref_prefill = source.prefill([probe])[0]
     ref_decode = source.decode([probe], decode_steps)[0] if decode_steps else None
+    alone = {"prefill": lambda: source.prefill([probe]),
+             "decode": lambda: source.decode([probe], decode_steps)}
     for bs in batch_sizes:
         for slot, pos in slot_positions(bs, slots):
             batch = [list(s) for s in fillers[: bs - 1]]
@@ -231,6 +204,7 @@ def check_batch_invariance(
             for phase, ref, run in phases:
                 if report.compare(phase, bs, slot, pos, ref, run()):
                     record_failing_pass(report, run)
+                    locate_divergence(report, alone[phase], run, bs)
     _check_padding(source, report, fillers[: max(batch_sizes) - 1] + [list(probe)])
     return report
 
@@ -266,6 +240,22 @@ def record_failing_pass(report: InvarianceReport, run: Any) -> None:
 
     _, ops = ops_run(run, floating_only=True)
     report.failing_pass_ops = dict(sorted(ops.items()))
+
+
+def locate_divergence(report: InvarianceReport, alone: Any, batch: Any,
+                      batch_size: int) -> None:
+    """Once per report: the first op whose output for the probe differs between its pass
+    alone and the first failing batch pass (``harness.logprobs.divergence``)."""
+    if report.first_divergence is not None:
+        return
+    from harness.logprobs.divergence import locate
+
+    found = locate(alone, batch)
+    report.first_divergence = (
+        {**asdict(found), "batch_size": batch_size, "sentence": found.sentence(batch_size)}
+        if found else {"op": None, "batch_size": batch_size,
+                       "sentence": "first divergent op: none found (every recorded op's "
+                                   "output for the probe is in the batch pass bit for bit)"})
 
 
 #: operators whose result for a row can depend on the other rows (contractions, reductions,
