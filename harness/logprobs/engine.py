@@ -84,6 +84,9 @@ class InvarianceReport:
     #: (``harness.logprobs.divergence``): the op, overload, shapes, dtype, max ULP, and the
     #: sentence the table shows; None where no comparison failed or it was not located
     first_divergence: dict[str, Any] | None = None
+    #: why the input cannot show a difference (``vacuous``): a flat distribution, where
+    #: every logprob is -ln(vocab) and any order of computation gives the same bits
+    vacuous: str = ""
     #: outputs of the first run, kept by the repeat check for a comparison across processes
     outputs: list[torch.Tensor] = field(default_factory=list)
 
@@ -107,7 +110,8 @@ class InvarianceReport:
     def table(self) -> str:
         """The mismatches as a fixed-width table (the failure message)."""
         if self.equal:
-            return f"{self.source}: all {self.cases} cases bitwise equal"
+            return f"{self.source}: all {self.cases} cases bitwise equal" + (
+                f"; {self.vacuous}" if self.vacuous else "")
         head = ("phase", "batch", "slot", "pos", "first token", "tokens", "max |diff|",
                 "max ULP", "compared")
         rows = [(m.phase, str(m.batch_size), m.slot, str(m.position), str(m.token_index),
@@ -121,6 +125,8 @@ class InvarianceReport:
             lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
         if self.first_divergence:
             lines.append(self.first_divergence["sentence"])
+        if self.vacuous:
+            lines.append(self.vacuous)
         if self.outside_invariant_set:
             lines.append("ran outside the target's invariant set during the first failing "
                          "pass: " + ", ".join(f"{op} x{n}" for op, n in
@@ -139,6 +145,7 @@ class InvarianceReport:
             "max_ulp": max((m.max_ulp for m in self.mismatches), default=0),
             "first": asdict(self.mismatches[0]) if self.mismatches else None,
             "first_divergent_op": (self.first_divergence or {}).get("op"),
+            "vacuous": self.vacuous,
         }
 
 
@@ -191,6 +198,7 @@ def check_batch_invariance(
                               decode_steps=decode_steps, probe_length=len(probe))
     ref_prefill = source.prefill([probe])[0]
     ref_decode = source.decode([probe], decode_steps)[0] if decode_steps else None
+    report.vacuous = vacuous([ref_prefill, ref_decode], vocab)
     alone = {"prefill": lambda: source.prefill([probe]),
              "decode": lambda: source.decode([probe], decode_steps)}
     for bs in batch_sizes:
@@ -240,6 +248,31 @@ def record_failing_pass(report: InvarianceReport, run: Any) -> None:
 
     _, ops = ops_run(run, floating_only=True)
     report.failing_pass_ops = dict(sorted(ops.items()))
+
+
+#: nats: a source whose every observed logprob is this close to -ln(vocab) is flat (a
+#: model of U(-1e-3, 1e-3) weights gives -6.93147 +- 3e-6 for a vocabulary of 1024)
+FLAT_NATS = 1e-3
+
+
+def vacuous(outputs: Sequence[torch.Tensor | None], vocab: int) -> str:
+    """Why these logprobs cannot show a batch-size difference, or "": every one of them is
+    within ``FLAT_NATS`` of -ln(vocab), a flat distribution (greedy decoding then picks
+    among near-ties, and a comparison of its bits proves nothing)."""
+    import math
+
+    values = torch.cat([t.detach().float().cpu().flatten() for t in outputs
+                        if t is not None and t.numel()]) if any(
+        t is not None and t.numel() for t in outputs) else torch.empty(0)
+    if not values.numel():
+        return ""
+    uniform = -math.log(vocab)
+    worst = float((values - uniform).abs().max())
+    if worst >= FLAT_NATS:
+        return ""
+    return (f"vacuous input: all {values.numel()} logprobs are within {worst:.2g} nats of "
+            f"-ln({vocab}) = {uniform:.5f} (a flat distribution: weights near zero, e.g. "
+            "load_format='dummy'); give the source a model with real, seeded weights")
 
 
 def locate_divergence(report: InvarianceReport, alone: Any, batch: Any,

@@ -24,6 +24,7 @@ from harness.logprobs.engine import (
     SourceCannot,
     make_sequences,
     record_failing_pass,
+    vacuous,
 )
 
 DECODE_BATCH_SIZES = (1, 2, 4, 8)
@@ -81,6 +82,9 @@ def check_decode_matches_prefill(source: LogprobSource, *,
             report.cannot.append(f"batch size {bs}: cannot prefill the decoded sequences "
                                  f"({exc})")
             continue
+        if not report.vacuous:
+            report.vacuous = vacuous([d for _, d in generated] + list(together),
+                                     _vocab(source))
         for i, (_, decoded) in enumerate(generated):
             alone = source.prefill([full[i]])[0]
             if _add(report, "decode-vs-prefill", bs, i, decoded, window(alone, batch[i]),
@@ -105,6 +109,7 @@ def check_repeatable(source: LogprobSource, *, runs: int = 3, batch_size: int = 
 
     first = once()
     report.outputs = first
+    report.vacuous = vacuous(first, _vocab(source))
     for run in range(2, runs + 1):
         again = once()
         for i, (ref, got) in enumerate(zip(first, again, strict=True)):

@@ -147,6 +147,10 @@ def _logprob_diagnosis(report: Any) -> str:
     first = report.get("first")
     if isinstance(first, dict):
         lines.append("first: " + ", ".join(f"{k} {_field(v)}" for k, v in first.items()))
+    if report.get("first_divergent_op"):
+        lines.append(f"first divergent op: {_field(report.get('first_divergent_op'))}")
+    if report.get("vacuous"):
+        lines.append(_field(report.get("vacuous")))
     return "\n".join(lines)
 
 

@@ -1,0 +1,118 @@
+"""What a logprob failure says: the first divergent op, found by seeding a row-count-dependent
+kernel into torch (each in its own child: the seeds are global), and the vacuity guard,
+which fails a flat distribution (a real model with its output layer scaled to near zero,
+as ``load_format="dummy"`` makes vLLM's) instead of letting it pass."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness import run_isolated
+from harness.logprobs import TinyDecoder, check_batch_invariance
+from harness.logprobs.divergence import locate
+
+SWEEP = {"batch_sizes": (1, 4, 16), "slots": ("first",), "decode_steps": 2}
+
+
+def _seeded_case(which: str) -> dict[str, object]:
+    """Child: the reference switch on, then one seed over it; the report's diagnosis."""
+    import harness.logprobs.cases as cases
+    from harness.invariance import reference as ref
+
+    released = cases.build_source
+    keep = []
+
+    def build(*args, **kwargs):  # type: ignore[no-untyped-def]
+        src, invariant = released(*args, **kwargs)
+        lib = torch.library.Library("aten", "IMPL")
+        keep.append(lib)
+        if which == "log_softmax":  # 1 ULP lower from 16 rows on
+            def log_softmax(x, dim, half_to_float):  # type: ignore[no-untyped-def]
+                out = ref._log_softmax_impl(x, dim)
+                if x.shape[0] >= 16:
+                    out = torch.nextafter(out, torch.full_like(out, -math.inf))
+                return out
+            lib.impl("_log_softmax", log_softmax, "CPU")
+        else:  # another rounding from 4 rows on: the reduction split in two halves
+            def matmul(a, b):  # type: ignore[no-untyped-def]
+                a2 = a.reshape(-1, a.shape[-1])
+                if a2.shape[0] >= 4:
+                    h = a2.shape[1] // 2
+                    out = ref._mm_impl(a2[:, :h].contiguous(), b[:h].contiguous()) + \
+                        ref._mm_impl(a2[:, h:].contiguous(), b[h:].contiguous())
+                else:
+                    out = ref._mm_impl(a2, b)
+                return out.reshape(*a.shape[:-1], b.shape[-1])
+            lib.impl("matmul", matmul, "CPU")
+        return src, invariant
+
+    cases.build_source = build
+    report = cases.run_logprob_case("tiny", True, "float32", "reference", **SWEEP)
+    return {"summary": report.summary(), "divergence": report.first_divergence,
+            "table": report.table()}
+
+
+def test_a_seeded_log_softmax_is_named_as_the_first_divergent_op() -> None:
+    got = run_isolated(_seeded_case, "log_softmax", method="forkserver").value
+    div = got["divergence"]
+    assert div["op"] == "aten::_log_softmax.default", got["table"]
+    assert div["max_ulp"] == 1 and div["batch_size"] == 16 and div["dtype"] == "float32"
+    assert div["shape_alone"] == [1, 1024] or tuple(div["shape_alone"]) == (1, 1024)
+    assert "first divergent op: aten::_log_softmax.default" in got["table"]
+    # the old diagnosis could only list what ran outside the switch's set
+    assert "aten::_log_softmax" not in got["summary"]["outside_invariant_set"]
+
+
+def test_a_seeded_matmul_is_named_as_the_first_divergent_op() -> None:
+    got = run_isolated(_seeded_case, "matmul", method="forkserver").value
+    div = got["divergence"]
+    # the reference switch overrides aten::matmul, so linear layers reach it, not aten::mm
+    assert div["op"] == "aten::matmul.default", got["table"]
+    assert div["batch_size"] == 4 and div["max_ulp"] > 0
+
+
+def _native_mm_seeded() -> dict[str, object]:
+    """Child: native torch (matmul decomposes to aten::mm), aten::mm seeded from 4 rows on."""
+    lib = torch.library.Library("aten", "IMPL")
+
+    def mm(a, b):  # type: ignore[no-untyped-def]
+        out = (a.double().unsqueeze(-1) * b.double().unsqueeze(0)).sum(1)
+        if a.shape[0] >= 4:
+            h = a.shape[1] // 2
+            out = (a[:, :h].double().unsqueeze(-1) * b[:h].double().unsqueeze(0)).sum(1) \
+                .float().double() + \
+                (a[:, h:].double().unsqueeze(-1) * b[h:].double().unsqueeze(0)).sum(1)
+        return out.float()
+
+    lib.impl("mm", mm, "CPU")
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 32, generator=gen)
+    rows = torch.randn(8, 64, generator=gen)
+
+    def layer(x: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(torch.relu(x @ w), dim=-1)
+
+    found = locate(lambda: layer(rows[:1]), lambda: layer(rows))
+    equal = locate(lambda: layer(rows[:1]), lambda: layer(rows[:1].clone()))
+    return {"found": None if found is None else found.op, "equal": equal}
+
+
+def test_with_native_matmul_the_seeded_mm_is_named() -> None:
+    got = run_isolated(_native_mm_seeded, method="forkserver").value
+    assert got == {"found": "aten::mm.default", "equal": None}
+
+
+def test_a_flat_distribution_fails_as_vacuous_input() -> None:
+    flat = TinyDecoder(seed=0)
+    flat.lm_head = flat.lm_head * 1e-7  # every logit ~0: every logprob ~ -ln(1024)
+    report = check_batch_invariance(flat, batch_sizes=(1, 2), slots=("first",),
+                                    decode_steps=2)
+    assert report.vacuous.startswith("vacuous input: all 25 logprobs are within"), \
+        report.vacuous
+    assert "-ln(1024) = -6.93147" in report.vacuous
+    assert report.vacuous in report.table()
+    real = check_batch_invariance(TinyDecoder(seed=0), batch_sizes=(1, 2), slots=("first",),
+                                  decode_steps=2)
+    assert real.vacuous == ""
