@@ -12,7 +12,8 @@ import pytest
 from harness import run_isolated
 from harness.invariance import on_off
 from harness.invariance.adapters import SglangTarget
-from harness.invariance.switch import case_inputs, judge, run_switch_case
+from harness.invariance.switch import run_switch_case
+from tests.test_switch_contract import _ops_package_hidden, run_case
 
 REBINDS = ("torch.ops.npu.npu_fused_infer_attention_score",
            "torch_npu._npu_fused_infer_attention_score_get_max_workspace",
@@ -23,13 +24,6 @@ def _needs_sglang() -> None:
     reason = SglangTarget().unavailable("cpu", "no NPU here")
     if reason:
         pytest.skip(f"{reason} (bash ci/setup.sh --upstream installs SGLang's sources)")
-
-
-def run_case(target, check: str, enabled: bool, fn=run_switch_case) -> list[str]:  # type: ignore[no-untyped-def]
-    inputs = case_inputs(check)
-    res = run_isolated(fn, target, check, enabled, inputs, method="forkserver",
-                       env=target.switch_env(enabled), events=target.event_patterns())
-    return judge(target, check, enabled, inputs, res.value, res.events)
 
 
 def on_then_off(target) -> list[str]:  # type: ignore[no-untyped-def]
@@ -136,16 +130,6 @@ def test_a_switch_that_drops_one_override_fails_naming_the_operator() -> None:
         f"{target.release()}'s switch did not override aten::_log_softmax (declared at "
         "sglang/srt/batch_invariant_ops/batch_invariant_ops.py:1048-1057 "
         "enable_batch_invariant_mode()); it overrode aten::matmul, aten::mean.dim, aten::mm"]
-
-
-def _ops_package_hidden(*args):  # type: ignore[no-untyped-def]
-    import sys
-
-    from harness.invariance import standin
-
-    standin.install()
-    sys.modules["batch_invariant_ops"] = None  # type: ignore[assignment]
-    return run_switch_case(*args)
 
 
 def test_a_runner_without_the_ops_package_cannot_turn_sglang_on() -> None:
