@@ -13,7 +13,7 @@ from harness import run_isolated
 from harness.invariance import on_off
 from harness.invariance.adapters import SglangTarget
 from harness.invariance.switch import run_switch_case
-from tests.test_switch_contract import _ops_package_hidden, run_case
+from tests.test_switch_contract import _ops_package_hidden, rerun_edited, run_case
 
 REBINDS = ("torch.ops.npu.npu_fused_infer_attention_score",
            "torch_npu._npu_fused_infer_attention_score_get_max_workspace",
@@ -100,22 +100,21 @@ def test_an_off_that_restores_everything_passes_and_one_that_restores_nothing_fa
 
 def _without_log_softmax(*args):  # type: ignore[no-untyped-def]
     """Negative control: the release's enable_batch_invariant_mode with its _log_softmax
-    registration removed (the source edited and run again in its module)."""
-    import inspect
+    registration removed."""
     import sys
-    import textwrap
 
     from harness.invariance import sglang_switch, standin, standin_triton
 
     standin.install()
     standin_triton.install()
     module = sglang_switch.load()
-    source = textwrap.dedent(inspect.getsource(module.enable_batch_invariant_mode))
-    start = source.index('        _batch_invariant_LIB.impl(\n            "aten::_log_softmax", '
-                         "npu_log_softmax")
-    end = source.index(")\n", start) + 2
-    exec(compile(source[:start] + source[end:], module.__file__, "exec"),  # noqa: S102
-         module.__dict__)
+
+    def cut(source: str) -> str:
+        start = source.index('        _batch_invariant_LIB.impl(\n            '
+                             '"aten::_log_softmax", npu_log_softmax')
+        return source[:start] + source[source.index(")\n", start) + 2:]
+
+    rerun_edited(module, "enable_batch_invariant_mode", cut)
     # the gate imports it from the package, which bound the released one at import
     sys.modules["sglang.srt.batch_invariant_ops"].enable_batch_invariant_mode = \
         module.enable_batch_invariant_mode

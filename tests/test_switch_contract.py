@@ -118,21 +118,28 @@ def test_vllm_ascend_declares_what_its_release_sets() -> None:
     assert run_case(VllmAscendTarget(), "switch", False) == []
 
 
-def _without_hccl(*args):  # type: ignore[no-untyped-def]
-    """Negative control: the release's override_envs_for_invariance with its
-    HCCL_DETERMINISTIC line removed (the source edited and run again in its module)."""
+def rerun_edited(module, name: str, edit) -> None:  # type: ignore[no-untyped-def]
+    """A negative control's seed: the release's function ``name``, its source edited by
+    ``edit`` (which must change it) and run again in its own module."""
     import inspect
     import textwrap
 
+    source = textwrap.dedent(inspect.getsource(getattr(module, name)))
+    edited = edit(source)
+    assert edited != source
+    exec(compile(edited, module.__file__, "exec"), module.__dict__)  # noqa: S102
+
+
+def _without_hccl(*args):  # type: ignore[no-untyped-def]
+    """Negative control: the release's override_envs_for_invariance with its
+    HCCL_DETERMINISTIC line removed."""
     from harness.invariance import standin
 
     standin.install()
     import vllm_ascend.batch_invariant as module
 
-    source = textwrap.dedent(inspect.getsource(module.override_envs_for_invariance))
-    edited = "\n".join(line for line in source.splitlines() if "HCCL_DETERMINISTIC" not in line)
-    assert edited != source
-    exec(compile(edited, module.__file__, "exec"), module.__dict__)  # noqa: S102
+    rerun_edited(module, "override_envs_for_invariance", lambda source: "\n".join(
+        line for line in source.splitlines() if "HCCL_DETERMINISTIC" not in line))
     return run_switch_case(*args)
 
 

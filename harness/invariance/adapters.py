@@ -134,8 +134,12 @@ class AscendOpsTarget(OpSetTarget):
         standin.install()
         return standin.torch_device()
 
+    def _import(self) -> types.ModuleType:
+        """The switch module, imported (SGLang's needs two package inits skipped)."""
+        return importlib.import_module(self.module_name)
+
     def _module(self) -> types.ModuleType:
-        module = importlib.import_module(self.module_name)
+        module = self._import()
         require(module, self.distribution, self.UPSTREAM_SYMBOLS)
         return module
 
@@ -240,12 +244,10 @@ class SglangTarget(AscendOpsTarget):
             standin_triton.install()  # triton-ascend, for the kernels' definitions only
         return dev
 
-    def _module(self) -> types.ModuleType:
+    def _import(self) -> types.ModuleType:
         from harness.invariance import sglang_switch
 
-        module = sglang_switch.load()
-        require(module, self.distribution, self.UPSTREAM_SYMBOLS)
-        return module
+        return sglang_switch.load()
 
     def set_switch(self, enabled: bool) -> None:
         from harness.invariance import sglang_switch

@@ -261,11 +261,11 @@ def vacuous(outputs: Sequence[torch.Tensor | None], vocab: int) -> str:
     among near-ties, and a comparison of its bits proves nothing)."""
     import math
 
-    values = torch.cat([t.detach().float().cpu().flatten() for t in outputs
-                        if t is not None and t.numel()]) if any(
-        t is not None and t.numel() for t in outputs) else torch.empty(0)
-    if not values.numel():
+    parts = [t.detach().float().cpu().flatten() for t in outputs
+             if t is not None and t.numel()]
+    if not parts:
         return ""
+    values = torch.cat(parts)
     uniform = -math.log(vocab)
     worst = float((values - uniform).abs().max())
     if worst >= FLAT_NATS:
