@@ -60,6 +60,29 @@ extras=()
 spec="."
 [ ${#extras[@]} -gt 0 ] && spec=".[$(IFS=,; echo "${extras[*]}")]"
 "$PY" -m pip install -q "${pins[@]}" "${upgrade[@]}" -e "$spec"
+# The engine profile: its own venv (its vLLM and transformers are not the default
+# profile's), the harness and the profile installed there the same way, then a smoke check
+# (import vllm, start the engine in-process on the suite's seeded model, one generate).
+# It runs beside the rest of this setup (another venv; the editable install of this tree
+# above is done), mostly downloads and unpacking: 3.5 min here, overlapped; its output is
+# shown, and its failure fails setup, at the end.
+engine_pid=""
+# a setup that stops early takes its engine job (and the pip processes under it) along
+killtree() { local child; for child in $(pgrep -P "$1" || true); do killtree "$child"; done
+             kill "$1" 2>/dev/null || true; }
+trap '[ -z "$engine_pid" ] || killtree "$engine_pid"' EXIT
+if [ "$engine" = 1 ]; then
+  venv=${NPU_REGRESS_ENGINE_VENV:-$PWD/.venv-engine}
+  engine_log=$(mktemp)
+  again=(--profile engine)
+  [ "$latest" = 1 ] && again+=(--latest)
+  (
+    [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
+    PYTHON="$venv/bin/python" bash ci/setup.sh "${again[@]}"
+    "$venv/bin/python" -m harness.logprobs.vllm_source --smoke
+  ) > "$engine_log" 2>&1 &
+  engine_pid=$!
+fi
 if [ "$upstream" = 1 ]; then
   bash ci/upstream.sh "$PY" "$profile"
 fi
@@ -77,14 +100,14 @@ names = ("torch", "pytest", "pytest-forked", "pytest-xdist")
 print("npu-regress setup: " + ", ".join(f"{n} {md.version(n)}" for n in names))
 PYEOF
 
-# The engine profile: its own venv (its vLLM and transformers are not the default
-# profile's), the harness and the profile installed there the same way, then a smoke check
-# (import vllm, start the engine in-process on the suite's seeded model, one generate).
-if [ "$engine" = 1 ]; then
-  venv=${NPU_REGRESS_ENGINE_VENV:-$PWD/.venv-engine}
-  [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
-  again=(--profile engine)
-  [ "$latest" = 1 ] && again+=(--latest)
-  PYTHON="$venv/bin/python" bash ci/setup.sh "${again[@]}"
-  "$venv/bin/python" -m harness.logprobs.vllm_source --smoke
+if [ -n "$engine_pid" ]; then
+  status=0
+  wait "$engine_pid" || status=$?
+  engine_pid=""
+  sed 's/^/[engine] /' "$engine_log"
+  rm -f "$engine_log"
+  if [ "$status" != 0 ]; then
+    echo "ci/setup.sh: the engine profile failed (exit $status; its output above, [engine])" >&2
+    exit "$status"
+  fi
 fi

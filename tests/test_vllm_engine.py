@@ -49,10 +49,8 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
 
 
-@pytest.fixture(scope="module")
-def engine_rows(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict], str]:
-    python = _engine_python()
-    results = tmp_path_factory.mktemp("engine") / "results.jsonl"
+def _engine_rows(python: Path, folder: Path) -> tuple[dict[str, dict], str]:
+    results = folder / "results.jsonl"
     proc = subprocess.run(
         [str(python), "-m", "pytest", SUITE, "-k", "vllm", "-n", "0", "-p", "no:cacheprovider",
          "-q", "--device", "cpu", f"--harness-results={results}"],
@@ -70,8 +68,10 @@ def _report(record: dict) -> dict:
     return record.get("logprob_report") or {}
 
 
-def test_the_engine_rows_run_and_nothing_fails(engine_rows) -> None:  # type: ignore[no-untyped-def]
-    tests, tail = engine_rows
+def test_the_engine_rows_of_the_suite(tmp_path: Path) -> None:
+    """One inner run (an engine a case, 18 of them: the one test that pays for it)."""
+    tests, tail = _engine_rows(_engine_python(), tmp_path)
+    # every row runs, and nothing fails
     assert len(tests) == 24, sorted(tests)
     failed = {k: r.get("longrepr", "")[-800:] for k, r in tests.items()
               if r["outcome"] in ("failed", "error")}
@@ -82,9 +82,7 @@ def test_the_engine_rows_run_and_nothing_fails(engine_rows) -> None:  # type: ig
                        and not k.startswith("batch-size-vllm-nosplit-off")}, \
         {k: tests[k].get("reason") for k in skipped}
 
-
-def test_the_switch_on_crash_is_the_known_release_finding(engine_rows) -> None:  # type: ignore[no-untyped-def]
-    tests, tail = engine_rows
+    # the switch-on crash is the ledger's known release finding, and nothing else
     on = {k: r for k, r in tests.items() if k.startswith(("batch-size-vllm-on",
                                                             "decode-vs-prefill-vllm-on",
                                                             "repeat-vllm-on"))}
@@ -94,9 +92,7 @@ def test_the_switch_on_crash_is_the_known_release_finding(engine_rows) -> None: 
         assert record.get("category") == "known-finding", (key, record)
         assert record["verdict"]["reason"] == FINDING, (key, record)
 
-
-def test_the_fp32_decode_difference_is_located_in_the_attention(engine_rows) -> None:  # type: ignore[no-untyped-def]
-    tests, _ = engine_rows
+    # the fp32 batch-size difference is located in the engine's attention, in-process
     off = tests["batch-size-vllm-off-float32"]
     assert off["outcome"] == "passed"  # the inverse control found the difference
     report = _report(off)
