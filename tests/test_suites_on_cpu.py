@@ -57,7 +57,7 @@ def test_the_suites_on_this_cpu_runner(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "suites/", "-n", "2", "-p", "no:cacheprovider", "-q",
          "--device", "cpu", f"--harness-results={results}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500, check=False)
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400, check=False)
     tail = proc.stdout[-4000:] + proc.stderr[-2000:]
     records = [json.loads(line) for line in results.read_text().splitlines()]
     tests = [r for r in records if r["type"] == "test"]
