@@ -41,6 +41,8 @@ DISK_ERRNO_OF_EXIT = {code: err for err, code in DISK_EXITS.items()}
 
 #: SIGUSR1 asks the child for its stacks (parent side: ``harness.isolation.run``).
 STACK_SIGNAL = signal.SIGUSR1
+#: the file the child creates once STACK_SIGNAL is handled (the parent sends it only then)
+ARMED = "stack-armed"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -127,6 +129,8 @@ def _arm_faulthandler(workdir: Path) -> list[Any]:
     stack = open(workdir / "stack.txt", "w")  # noqa: SIM115
     faulthandler.enable(file=crash, all_threads=True)
     faulthandler.register(STACK_SIGNAL, file=stack, all_threads=True, chain=False)
+    # from now on STACK_SIGNAL dumps stacks; before, its default action would kill the child
+    (workdir / ARMED).touch()
     return [crash, stack]
 
 

@@ -35,7 +35,7 @@ import cloudpickle
 import psutil
 
 from harness.isolation import reaper, workdirs
-from harness.isolation.child import DISK_ERRNO_OF_EXIT, STACK_SIGNAL
+from harness.isolation.child import ARMED, DISK_ERRNO_OF_EXIT, STACK_SIGNAL
 from harness.isolation.result import IsolatedResult
 from harness.isolation.server import (  # noqa: F401 - SpawnLauncher, PACKAGE_ROOT: re-exported
     PACKAGE_ROOT,
@@ -197,6 +197,9 @@ def _request_stack(pid: int, workdir: Path) -> str:
     path = workdir / "stack.txt"
     if path.exists() and path.stat().st_size:
         return _read_tail(path)
+    if not (workdir / ARMED).exists():  # still starting: the signal would kill it, not dump
+        return (f"(no stack: the child had not yet armed its {STACK_SIGNAL.name} stack dump; "
+                "it was still starting up)")
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, STACK_SIGNAL)
     deadline = time.monotonic() + STACK_WAIT_S
