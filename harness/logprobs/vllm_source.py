@@ -31,8 +31,6 @@ from harness.stack.devices import package_version as _version
 IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 #: on a CPU engine: no OpenMP thread pinning (CI runners share their cores), a 1 GiB KV cache
 CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1"}
-#: the distribution of each device's vLLM build
-BUILDS = {"cpu": "vllm-cpu", "npu": "vllm-ascend"}
 
 
 def unavailable(device_kind: str) -> str | None:
