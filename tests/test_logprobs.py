@@ -193,6 +193,13 @@ class FakeLLM:
             return [SimpleNamespace(prompt_logprobs=[None] + [{t: entry(v)} for t, v in
                                                            zip(seq[1:], row.tolist(), strict=True)])
                     for seq, row in zip(batch, rows, strict=True)]
+        if getattr(params, "logprobs", 0) == 2:  # ranked top-2, as vLLM gives them
+            gaps = self.model.margins(batch, params.max_tokens)
+            rank = lambda v, r: SimpleNamespace(logprob=float(v), rank=r)  # noqa: E731
+            return [SimpleNamespace(outputs=[SimpleNamespace(
+                token_ids=list(range(len(g))),
+                logprobs=[{0: rank(-1.0, 1), 1: rank(-1.0 - float(v), 2)} for v in g])])
+                for g in gaps]
         rows = self.model.decode(batch, params.max_tokens)
         return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(range(len(row))),
                                                          logprobs=[{i: entry(v)} for i, v in

@@ -69,24 +69,27 @@ def _report(record: dict) -> dict:
 
 
 def test_the_engine_rows_of_the_suite(tmp_path: Path) -> None:
-    """One inner run (an engine a case, 18 of them: the one test that pays for it)."""
+    """One inner run (an engine a case, 22 of them: the one test that pays for it)."""
     tests, tail = _engine_rows(_engine_python(), tmp_path)
     # every row runs, and nothing fails
-    assert len(tests) == 24, sorted(tests)
+    assert len(tests) == 36, sorted(tests)
     failed = {k: r.get("longrepr", "")[-800:] for k, r in tests.items()
               if r["outcome"] in ("failed", "error")}
     assert failed == {}, tail
     skipped = {k for k, r in tests.items() if r["outcome"] == "skipped"}
-    # only the split-KV variant's rows but batch size with the switch off, as it declares
-    assert skipped == {k for k in tests if "nosplit" in k
-                       and not k.startswith("batch-size-vllm-nosplit-off")}, \
+    # only what the variants declare: the split-KV one runs batch size with the switch
+    # off, the chunked-prefill one batch size
+    assert skipped == {k for k in tests
+                       if ("nosplit" in k and not k.startswith("batch-size-vllm-nosplit-off"))
+                       or ("chunked" in k and not k.startswith("batch-size-"))}, \
         {k: tests[k].get("reason") for k in skipped}
 
     # the switch-on crash is the ledger's known release finding, and nothing else
     on = {k: r for k, r in tests.items() if k.startswith(("batch-size-vllm-on",
                                                             "decode-vs-prefill-vllm-on",
-                                                            "repeat-vllm-on"))}
-    assert len(on) == 6
+                                                            "repeat-vllm-on",
+                                                            "batch-size-vllm-chunked-on"))}
+    assert len(on) == 8
     for key, record in on.items():
         assert record["outcome"] == "xfailed", (key, tail)
         assert record.get("category") == "known-finding", (key, record)
@@ -104,6 +107,13 @@ def test_the_engine_rows_of_the_suite(tmp_path: Path) -> None:
     nosplit = tests["batch-size-vllm-nosplit-off-float32"]
     assert nosplit["outcome"] == "passed", nosplit
     assert _report(nosplit)["equal"] is True and _report(nosplit)["cases"] == 18
+    # chunked prefill that splits the 64-token probe: measured, the same decode difference
+    chunked = tests["batch-size-vllm-chunked-off-float32"]
+    assert chunked["outcome"] == "passed", chunked
+    assert "max_num_batched_tokens=32" in _report(chunked)["source"], _report(chunked)
+    assert _report(chunked)["phases_differing"] == ["decode"], _report(chunked)
+    # the vacuity guard's margin: the seeded model's best token is clear of the second
+    assert _report(off)["top2_margin"] > 1e-2, report
 
 
 DUMMY = """

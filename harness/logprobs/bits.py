@@ -1,5 +1,6 @@
 """Bit-for-bit comparison of float tensors, with the distance in units in the last place:
-what every logprob comparison (and the first-divergent-op search) reports."""
+what every logprob comparison (and the first-divergent-op search) reports; and the top-1 /
+top-2 margin of a logprob row, what the vacuity guard reads (greedy among near-ties)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,9 @@ def compare_bits(ref: torch.Tensor, got: torch.Tensor) -> tuple[int, float, int,
     else:
         ulp = int((_ordered(rb, width) - _ordered(gb, width)).abs().max())
     return first, float(diff[differ].max()), ulp, int(differ.sum())
+
+
+def top2_margin(rows: torch.Tensor) -> torch.Tensor:
+    """Per row of logprobs over the vocabulary: the best minus the second best (fp32)."""
+    top = rows.float().topk(2, dim=-1).values
+    return (top[..., 0] - top[..., 1]).detach().cpu()

@@ -14,7 +14,7 @@ from typing import Any
 from harness.invariance import InvarianceTarget, get_target
 from harness.logprobs.engine import InvarianceReport, check_batch_invariance
 
-SOURCES = ("tiny", "hf", "hf-left", "vllm", "vllm-dummy", "vllm-nosplit")
+SOURCES = ("tiny", "hf", "hf-left", "vllm", "vllm-dummy", "vllm-nosplit", "vllm-chunked")
 _REAL_TARGET = {"npu": "vllm_ascend", "cuda": "vllm"}
 #: per source, what the checks run (smaller sweeps for the heavier transformers model, so
 #: the whole suite stays within minutes on a 2-core CPU)
@@ -69,13 +69,13 @@ def build_source(source: str, enabled: bool, dtype: str, tgt: InvarianceTarget,
 
         if source not in vllm_source.VARIANTS:
             raise ValueError(f"unknown logprob source {source!r}: use one of {SOURCES}")
+        variant = vllm_source.VARIANTS[source]
         os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
-        os.environ.update(vllm_source.VARIANTS[source][0])
+        os.environ.update(variant.env)
         for key, value in vllm_source.engine_env(devices.device_kind()).items():
             os.environ.setdefault(key, value)
-        src = vllm_source.VllmSource(dtype=dtype, seed=seed,
-                                     weights="dummy" if source == "vllm-dummy" else "seeded",
-                                     **(engine_kwargs or {}))
+        src = vllm_source.VllmSource(dtype=dtype, seed=seed, weights=variant.weights,
+                                     **{**variant.engine, **(engine_kwargs or {})})
     else:
         raise ValueError(f"unknown logprob source {source!r}: use one of {SOURCES}")
     return src, set(footprint(before, registrations()))

