@@ -44,6 +44,7 @@ from harness.isolation.server import (  # noqa: F401 - SpawnLauncher, PACKAGE_RO
     _PopenHandle,
     get_forkserver_launcher,
 )
+from harness.stack.devices import thread_budget_env
 
 if TYPE_CHECKING:
     from harness.hardware.spoof import NpuSpoof
@@ -107,8 +108,14 @@ def child_environ(env: Mapping[str, str | None] | None, mark_child: bool = True
                   ) -> dict[str, str]:
     """The parent's environment with ``env`` applied (None removes a variable), and
     ``HARNESS_CHILD=1`` unless ``mark_child`` is false (a whole test that asked for no
-    device sees exactly the parent's environment)."""
+    device sees exactly the parent's environment). A marked child under pytest-xdist also
+    gets its worker's share of the CPUs as intra-op threads, unless ``env`` says otherwise
+    (``thread_budget_env``: ``run_isolated`` called from a test as ``run_on_npu`` is; with
+    every core's OpenMP threads in each worker's child, a TinyDecoder check took 120 s
+    instead of 2.4 s under -n 2 on 2 cores)."""
     out = dict(os.environ)
+    if mark_child:
+        out.update(thread_budget_env(os.environ))
     for key, value in (env or {}).items():
         if value is None:
             out.pop(key, None)
