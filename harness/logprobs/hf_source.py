@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from harness.logprobs.bits import top2_margin
+from harness.logprobs.greedy import GreedyDecoding, Step
 
 ARCHITECTURES = {"llama": ("LlamaConfig", "LlamaForCausalLM"),
                  "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}
@@ -35,7 +35,7 @@ def unavailable() -> str | None:
         "transformers is not installed (bash ci/setup.sh --upstream installs it)")
 
 
-class HfSource:
+class HfSource(GreedyDecoding):
     """``prefill`` / ``decode`` / ``generate`` through a transformers model."""
 
     def __init__(self, *, seed: int = 0, dtype: torch.dtype = torch.float32,
@@ -91,42 +91,23 @@ class HfSource:
             out.append(lp[i, cols[:-1]].gather(1, nxt).squeeze(1).cpu())
         return out
 
-    @torch.no_grad()
-    def generate(self, batch: list[list[int]], steps: int
-                 ) -> list[tuple[list[int], torch.Tensor]]:
-        """Greedy decoding with the KV cache, left-padded: tokens and their logprobs."""
-        return self._greedy(batch, steps)[0]
-
-    def margins(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
-        """Per sequence, per greedy step: the top-1 minus the top-2 logprob."""
-        return self._greedy(batch, steps, margins=True)[1]
-
-    @torch.no_grad()
-    def _greedy(self, batch: list[list[int]], steps: int, margins: bool = False
-                ) -> tuple[list[tuple[list[int], torch.Tensor]], list[torch.Tensor]]:
+    def _start(self, batch: list[list[int]]) -> tuple[torch.Tensor, Step]:
+        """``generate``-style decoding with the KV cache, left-padded: the prompts' last
+        rows, and a step a token each."""
         ids, mask = self._padded(batch, "left")
         positions = self._positions(mask)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          use_cache=True)
-        past, last = out.past_key_values, self._logprobs(out.logits[:, -1])
-        tokens: list[list[int]] = [[] for _ in batch]
-        chosen: list[list[torch.Tensor]] = [[] for _ in batch]
-        gaps: list[torch.Tensor] = []
-        for _ in range(steps):
-            nxt = last.argmax(-1)
-            picked = last.gather(1, nxt.unsqueeze(1)).squeeze(1)
-            if margins:  # only when asked: topk would join the op stream the checks record
-                gaps.append(top2_margin(last))
-            for i in range(len(batch)):
-                tokens[i].append(int(nxt[i]))
-                chosen[i].append(picked[i])
-            mask = torch.cat([mask, mask.new_ones((len(batch), 1))], dim=1)
-            positions = positions[:, -1:] + 1
-            out = self.model(input_ids=nxt.unsqueeze(1), attention_mask=mask,
-                             position_ids=positions, past_key_values=past, use_cache=True)
-            past, last = out.past_key_values, self._logprobs(out.logits[:, -1])
-        per_seq = list(torch.stack(gaps, dim=1)) if gaps else []
-        return [(t, torch.stack(c).cpu()) for t, c in zip(tokens, chosen, strict=True)], per_seq
+        state = {"past": out.past_key_values, "mask": mask, "positions": positions}
 
-    def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
-        return [lp for _, lp in self.generate(batch, steps)]
+        def step(nxt: torch.Tensor) -> torch.Tensor:
+            mask = state["mask"] = torch.cat(
+                [state["mask"], state["mask"].new_ones((len(batch), 1))], dim=1)
+            positions = state["positions"] = state["positions"][:, -1:] + 1
+            out = self.model(input_ids=nxt.unsqueeze(1), attention_mask=mask,
+                             position_ids=positions, past_key_values=state["past"],
+                             use_cache=True)
+            state["past"] = out.past_key_values
+            return self._logprobs(out.logits[:, -1])
+
+        return self._logprobs(out.logits[:, -1]), step

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from harness.logprobs.bits import top2_margin
+from harness.logprobs.greedy import GreedyDecoding, Step
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class TinyConfig:
     max_positions: int = 512
 
 
-class TinyDecoder:
+class TinyDecoder(GreedyDecoding):
     """``prefill`` and ``decode`` over packed batches of token-id lists (``LogprobSource``)."""
 
     def __init__(self, seed: int = 0, dtype: torch.dtype = torch.float32,
@@ -159,41 +159,16 @@ class TinyDecoder:
             out.append(lp[:-1].gather(1, nxt.unsqueeze(1)).squeeze(1).cpu())
         return out
 
-    @torch.no_grad()
-    def generate(self, batch: list[list[int]], steps: int
-                 ) -> list[tuple[list[int], torch.Tensor]]:
-        """Greedy decoding, the whole batch together with a KV cache: the chosen tokens and
-        their logprobs, ``steps`` per sequence."""
-        return self._greedy(batch, steps)[0]
-
-    def margins(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
-        """Per sequence, per greedy step: the top-1 minus the top-2 logprob."""
-        return self._greedy(batch, steps, margins=True)[1]
-
-    @torch.no_grad()
-    def _greedy(self, batch: list[list[int]], steps: int, margins: bool = False
-                ) -> tuple[list[tuple[list[int], torch.Tensor]], list[torch.Tensor]]:
+    def _start(self, batch: list[list[int]]) -> tuple[torch.Tensor, Step]:
+        """Decoding with a KV cache: the prompts' last rows, and a step a token each."""
         rows, _, caches = self._prefill(batch)
-        last = torch.stack([lp[-1] for lp in rows])
         lengths = [len(s) for s in batch]
-        chosen: list[list[torch.Tensor]] = [[] for _ in batch]
-        tokens: list[list[int]] = [[] for _ in batch]
-        gaps: list[torch.Tensor] = []
-        for _ in range(steps):
-            nxt = last.argmax(-1)
-            picked = last.gather(1, nxt.unsqueeze(1)).squeeze(1)
-            if margins:  # only when asked: topk would join the op stream the checks record
-                gaps.append(top2_margin(last))
-            for i in range(len(batch)):
-                chosen[i].append(picked[i])
-                tokens[i].append(int(nxt[i]))
+
+        def step(nxt: torch.Tensor) -> torch.Tensor:
             positions = torch.tensor(lengths, device=self.device)
             spans = [(i, i + 1) for i in range(len(batch))]
-            last = self._logprobs(self._forward(nxt, positions, spans, caches))
-            lengths = [n + 1 for n in lengths]
-        per_seq = list(torch.stack(gaps, dim=1)) if gaps else []
-        return [(t, torch.stack(c).cpu()) for t, c in zip(tokens, chosen, strict=True)], per_seq
+            for i in range(len(lengths)):
+                lengths[i] += 1
+            return self._logprobs(self._forward(nxt, positions, spans, caches))
 
-    def decode(self, batch: list[list[int]], steps: int) -> list[torch.Tensor]:
-        """The chosen tokens' logprobs of ``generate``."""
-        return [lp for _, lp in self.generate(batch, steps)]
+        return torch.stack([lp[-1] for lp in rows]), step
