@@ -18,7 +18,8 @@ beside the other sequences' steps; batch size only).
 Switch on: every property holds, or the case names the operators that ran outside the
 target's invariant set (a known coverage gap is an XFAIL from the table of
 ``harness.logprobs.expectations``, and fails when it closes). Switch off: the inverse
-control, which must find a difference where the table says the path is variant."""
+control, which must find a difference where the table says the path is variant; the
+``vllm-nosplit`` diagnosis, in which no difference may start in the attention any more."""
 
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: s
                     pytrace=False)
     outside = ", ".join(f"{op} x{n}" for op, n in report.outside_invariant_set.items())
     outcome, why = judge(check, report.equal, report.cases, source, device.kind, dtype,
-                         enabled, outside=outside, threads=report.threads)
+                         enabled, outside=outside, threads=report.threads,
+                         first_op=(report.first_divergence or {}).get("op"))
     if outcome == "failed":
         pytest.fail(f"{why}\n{report.table()}", pytrace=False)
     if outcome == "xfailed":

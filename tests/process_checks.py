@@ -9,6 +9,14 @@ from pathlib import Path
 
 import psutil
 
+#: ``python -m pytest`` as a terminal's foreground job starts it, with Ctrl-C's default
+#: handler: a CI job or ``cmd &`` in a script starts us with SIGINT ignored, and Python
+#: then installs no handler in the pytest we start (nothing to test a Ctrl-C with)
+PYTEST_AT_A_TERMINAL = [sys.executable, "-c",
+                        "import signal, sys, pytest; "
+                        "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                        "sys.exit(pytest.console_main())"]
+
 
 def assert_gone(pids: list[int]) -> None:
     """Every pid has exited (a zombie awaiting its reaper counts as gone)."""

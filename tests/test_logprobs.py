@@ -278,6 +278,29 @@ def test_expectation_table() -> None:
     assert outcome("repeat", True, "hf", "float32", False)[0] == "passed"
 
 
+
+def test_a_diagnosis_fails_while_the_difference_still_starts_in_its_op() -> None:
+    """vllm-nosplit (split-KV decode off): equal passes, a difference from another op
+    passes and says which, one still from the attention fails, and one not localised fails
+    (it cannot tell)."""
+    from harness.logprobs.expectations import judge
+
+    def outcome(equal, first_op):  # type: ignore[no-untyped-def]
+        return judge("batch-size", equal, 18, "vllm-nosplit", "cpu", "float32", False,
+                     machine="x86_64", first_op=first_op)
+
+    assert outcome(True, None) == ("passed", "all 18 batch-size cases bitwise equal: none "
+                                             "starts in vllm::unified_attention")
+    verdict, why = outcome(False, "aten::silu.default")
+    assert verdict == "passed" and why.startswith(
+        "batch-size differs, first in aten::silu.default, not in vllm::unified_attention")
+    verdict, why = outcome(False, "vllm::unified_attention_with_output.default")
+    assert verdict == "failed" and why.startswith(
+        "batch-size still differs from vllm::unified_attention_with_output.default")
+    verdict, why = outcome(False, None)
+    assert verdict == "failed" and "first divergent op was not found" in why
+
+
 LOGPROB_SUITE = Path(__file__).parent.parent / "suites" / "test_logprob_batch_invariance.py"
 
 

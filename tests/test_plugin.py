@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.process_checks import assert_gone
+from tests.process_checks import PYTEST_AT_A_TERMINAL, assert_gone
 
 
 @pytest.mark.parametrize("isolation", ["spawn", "forkserver"])
@@ -201,7 +200,7 @@ def test_interrupted_pytest_ends_running_children(tmp_path: Path, sig: signal.Si
         f"    run_on_npu(long_child, {str(pidfile)!r})\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tmp_path / "test_long.py")],
+        [*PYTEST_AT_A_TERMINAL, "-p", "no:cacheprovider", str(tmp_path / "test_long.py")],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:

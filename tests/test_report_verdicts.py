@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from harness.cli import main as cli
 from harness.report import history as hist
 from harness.report.load import load_results
+from tests.process_checks import PYTEST_AT_A_TERMINAL
 from tests.test_report import FOOTER, _header, _test, _write
 
 SLOW_NIGHT = """
@@ -47,7 +47,7 @@ def _first_screen(html: str) -> str:
 def _start_night(tmp_path: Path, *extra: str) -> subprocess.Popen[bytes]:
     (tmp_path / "test_night.py").write_text(SLOW_NIGHT)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--harness-results=r.jsonl",
+        [*PYTEST_AT_A_TERMINAL, "-p", "no:cacheprovider", "--harness-results=r.jsonl",
          "--junitxml=j.xml", "--harness-runner=a3", *extra, "test_night.py"],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)

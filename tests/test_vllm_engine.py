@@ -99,14 +99,21 @@ def test_the_engine_rows_of_the_suite(tmp_path: Path) -> None:
     off = tests["batch-size-vllm-off-float32"]
     assert off["outcome"] == "passed"  # the inverse control found the difference
     report = _report(off)
-    assert report["mismatches"] > 0 and report["phases_differing"] == ["decode"], report
+    # (the first difference, decode at batch size 2; a Zen 4 EPYC adds a prefill one, from
+    # an elementwise op: see the vllm-nosplit entry of the expectation table)
+    assert report["mismatches"] > 0 and "decode" in report["phases_differing"], report
+    assert 2 in report["batch_sizes_differing"], report
+    assert report["first"]["phase"] == "decode", report
     assert report["first_divergent_op"].startswith("vllm::unified_attention"), report
     assert report["threads"] == THREADS, report
     assert "seeded 4-layer llama" in report["source"], report
-    # the split-KV decode path off: the same sweep is bit-equal, and that case passes
-    nosplit = tests["batch-size-vllm-nosplit-off-float32"]
-    assert nosplit["outcome"] == "passed", nosplit
-    assert _report(nosplit)["equal"] is True and _report(nosplit)["cases"] == 18
+    # the split-KV decode path off: no difference starts in the attention, and the decode
+    # difference at batch size 2 is gone (what is left, if anything, starts elsewhere)
+    nosplit = _report(tests["batch-size-vllm-nosplit-off-float32"])
+    assert tests["batch-size-vllm-nosplit-off-float32"]["outcome"] == "passed", nosplit
+    assert nosplit["cases"] == 18 and 2 not in nosplit["batch_sizes_differing"], nosplit
+    assert not (nosplit["first_divergent_op"] or "").startswith("vllm::unified_attention")
+    assert nosplit["equal"] or nosplit["first_divergent_op"], nosplit
     # chunked prefill that splits the 64-token probe: measured, the same decode difference
     chunked = tests["batch-size-vllm-chunked-off-float32"]
     assert chunked["outcome"] == "passed", chunked
