@@ -104,6 +104,57 @@ def test_with_native_matmul_the_seeded_mm_is_named() -> None:
     assert got == {"found": "aten::mm.default", "equal": None}
 
 
+def _chunked(nudge_row: int | None, logits_too: bool = True
+             ) -> tuple[str | None, str | None, int]:
+    """A prompt of 64 rows prefilled in chunks of 32 alone, and of 10 and 54 beside other
+    rows in the batch (chunked prefill's shared budget moves the split): a row-wise op,
+    then each chunk's "logits" of its last row (an mm, a log_softmax), which only the final
+    chunk's are the same rows in both. ``nudge_row``: that probe row 1 ULP off in the batch
+    run. (op, "occurrence [shape]", calls passed over) of the first divergence."""
+    torch.manual_seed(0)
+    probe, other, head = torch.randn(64, 48), torch.randn(22, 48), torch.randn(48, 40)
+
+    def logits(rows: torch.Tensor) -> None:
+        if logits_too:
+            torch.log_softmax(rows @ head, dim=-1)
+
+    def alone() -> None:
+        logits(torch.sin(probe[:32].clone())[-1:])
+        logits(torch.sin(probe[32:].clone())[-1:])
+
+    def batch() -> None:
+        rows = probe.clone()
+        if nudge_row is not None:
+            rows[nudge_row] = torch.nextafter(rows[nudge_row], torch.tensor(math.inf))
+        first = torch.sin(torch.cat([other, rows[:10]]))
+        logits(first[[21, 31]])
+        second = torch.sin(torch.cat([rows[10:], other[:3]]))
+        logits(second[[53]])
+
+    split = locate(alone, batch)
+    if split is None:
+        return None, None, 0
+    return split.op, f"{split.occurrence} {list(split.shape_alone)}", split.passed_over
+
+
+def test_a_prompt_chunked_otherwise_in_the_batch_is_not_a_divergence() -> None:
+    assert _chunked(None, logits_too=False) == (None, None, 0)
+    # the negative controls: one probe row changed, in either chunk of the alone run
+    assert _chunked(40, logits_too=False) == ("aten::sin.default", "2 [32, 48]", 0)
+    assert _chunked(3, logits_too=False) == ("aten::sin.default", "1 [32, 48]", 0)
+
+
+def test_rows_only_one_schedule_computed_are_passed_over_for_a_rounding() -> None:
+    """The first chunk's logits (and their log_softmax) are rows the batch never computed:
+    the first divergent op is the later rounding difference, which does not read them."""
+    assert _chunked(40) == ("aten::sin.default", "2 [32, 48]", 1)
+    assert _chunked(63) == ("aten::sin.default", "2 [32, 48]", 1)
+    assert _chunked(3) == ("aten::sin.default", "1 [32, 48]", 0)
+    # nothing else differs (locate runs only once the logprobs did): the far row is named
+    op, where, over = _chunked(None)
+    assert (op, where, over) == ("aten::mm.default", "1 [1, 40]", 0)
+
+
 def test_a_flat_distribution_fails_as_vacuous_input() -> None:
     flat = TinyDecoder(seed=0)
     flat.lm_head = flat.lm_head * 1e-7  # every logit ~0: every logprob ~ -ln(1024)

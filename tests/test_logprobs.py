@@ -185,6 +185,7 @@ class FakeLLM:
     def __init__(self, **kwargs: Any) -> None:
         # the seeded checkpoint, loaded as vLLM loads any folder (not load_format="dummy")
         assert "load_format" not in kwargs and kwargs["skip_tokenizer_init"] is False
+        assert kwargs["enable_prefix_caching"] is False  # each pass computes its batch
         folder = Path(kwargs["model"])
         config = json.loads((folder / "config.json").read_text())
         assert config["architectures"] == ["LlamaForCausalLM"]

