@@ -81,7 +81,7 @@ def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: s
     outside = ", ".join(f"{op} x{n}" for op, n in report.outside_invariant_set.items())
     outcome, why = judge(check, report.equal, report.cases, source, device.kind, dtype,
                          enabled, outside=outside, threads=report.threads,
-                         first_op=(report.first_divergence or {}).get("op"))
+                         first_op=report.first_divergent_op)
     if outcome == "failed":
         pytest.fail(f"{why}\n{report.table()}", pytrace=False)
     if outcome == "xfailed":

@@ -279,7 +279,6 @@ def test_expectation_table() -> None:
     assert outcome("repeat", True, "hf", "float32", False)[0] == "passed"
 
 
-
 def test_a_diagnosis_fails_while_the_difference_still_starts_in_its_op() -> None:
     """vllm-nosplit (split-KV decode off): equal passes, a difference from another op
     passes and says which, one still from the attention fails, and one not localised fails

@@ -118,11 +118,13 @@ def record(fn: Callable[[], Any]) -> tuple[Any, Recording]:
     class _Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
+            if rec.truncated:
+                return func(*args, **(kwargs or {}))
             read = frozenset().union(*(origin.get(storage(t), frozenset()) for t in
                                        tree_leaves((args, kwargs))
                                        if isinstance(t, torch.Tensor)))
             out = func(*args, **(kwargs or {}))
-            if rec.truncated or _base(func.name()) in SKIP:  # a view or a copy: same origin
+            if _base(func.name()) in SKIP:  # a view or a copy: the same origin
                 for t in tree_leaves(out):
                     if isinstance(t, torch.Tensor):
                         origin[storage(t)] = read
@@ -177,13 +179,13 @@ def _nearest(alone: Call, candidates: list[Call]) -> tuple[Call | None, int, flo
     present = {r for c in kept for r in c.rows}
     missing = [i for i, r in enumerate(alone.rows) if r not in present]
     mine = alone.tensor.reshape(alone.tensor.shape[0], -1).double()
+    theirs = [(c, c.tensor.reshape(c.tensor.shape[0], -1).double()) for c in kept]
     holder: Call | None = None
     worst_ulp, worst_diff = 0, 0.0
     for i in missing:
         best: tuple[float, Call, int] | None = None
-        for cand in kept:
-            theirs = cand.tensor.reshape(cand.tensor.shape[0], -1)
-            far = (theirs.double() - mine[i]).abs().amax(dim=1)
+        for cand, rows in theirs:
+            far = (rows - mine[i]).abs().amax(dim=1)
             far = torch.where(torch.isnan(far), torch.full_like(far, float("inf")), far)
             k = int(far.argmin())
             if best is None or float(far[k]) < best[0]:

