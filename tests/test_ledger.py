@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -101,13 +102,14 @@ def test_the_cause_of_a_failure(text: str, category: str | None) -> None:
     assert (found[0] if found else None) == category
 
 
-def _switch_case(tmp_path: Path, sources: Path | None) -> dict[str, object]:
+def _switch_case(tmp_path: Path, sources: Path | None, case: str = TENSOR_SUM
+                 ) -> dict[str, object]:
     results = tmp_path / "results.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
     if sources is not None:
         env["PYTHONPATH"] = str(sources) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", TENSOR_SUM, "-p", "no:cacheprovider", "-q",
+        [sys.executable, "-m", "pytest", case, "-p", "no:cacheprovider", "-q",
          "--device", "cpu", f"--harness-results={results}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     records = [json.loads(line) for line in results.read_text().splitlines()]
@@ -147,6 +149,30 @@ def test_a_fixed_copy_of_the_function_reads_fixed_upstream(tmp_path: Path,
     assert record["outcome"] == "failed", record["stdout"][-3000:]
     assert record["category"] == "fixed-upstream"
     assert "fixed upstream: vllm-ascend-tensor-sum-dim" in str(record["longrepr"])
+
+
+SUM_FORMS = "suites/test_batch_invariant_switch.py::test_switch_call_forms[vllm_ascend-sum]"
+
+
+def test_a_new_failure_in_a_ledger_case_is_not_the_known_finding(
+        tmp_path: Path, released_sources: Path) -> None:
+    """Issue 46's seed: vllm-ascend 0.23.0.post1's reduce_sum with keepdim dropped on the NPU
+    path, in a copy of its sources. The case still shows the known finding (dim=0, a dim
+    tuple, dtype=) and now one line more: it fails, naming that line."""
+    copy = tmp_path / "src"
+    shutil.copytree(released_sources, copy / "vllm_ascend")
+    module = copy / "vllm_ascend" / "batch_invariant.py"
+    text = module.read_text()
+    call = "npu_reduce_sum_batch_invariant(x, dim, keepdim)"
+    assert call in text
+    module.write_text(text.replace(call, "npu_reduce_sum_batch_invariant(x, dim, False)", 1))
+    record = _switch_case(tmp_path, copy, SUM_FORMS)
+    out = str(record["stdout"])
+    assert record["outcome"] == "failed", out[-3000:]
+    assert record["category"] != "known-finding"
+    new = out.split("NEW FAILURE beside the known finding vllm-ascend-torch-sum-forms", 1)
+    assert len(new) == 2, out[-3000:]
+    assert "keepdim=True" in new[1].split("\n", 1)[0], new[1][:2000]
 
 
 FINDING_TEST = '''
@@ -200,3 +226,78 @@ def test_a_finding_can_need_a_partner_release() -> None:
     assert finding.applies("0.9.1", {"vllm": "0.23.0"}.get)
     assert not finding.applies("0.9.1", {"vllm": "0.24.0"}.get)
     assert "vllm <0.24" in finding.reason("0.9.1")
+
+
+def _listed_ledger(tmp_path: Path, nodeid: str, match: list[str]) -> Path:
+    path = tmp_path / "ledger.toml"
+    path.write_text(textwrap.dedent(f"""\
+        [[finding]]
+        id = "demo"
+        title = "a demo finding"
+        distribution = "pytest"
+        affected = ">=1"
+        cases = ["{nodeid}"]
+        match = {json.dumps(match)}
+        evidence = "seen in a demo"
+        """))
+    return path
+
+
+KNOWN_LINES = ["`sum(x, 0)` raised EZ1001", "`sum(x, dtype=f32)` raised TypeError"]
+
+
+@pytest.mark.parametrize(("problems", "outcome", "shown"), [
+    (["`sum(x, 0)` raised EZ1001: last dim only", "`sum(x, dtype=f32)` raised TypeError: no"],
+     "xfailed", "known release finding demo"),
+    # partly fixed: the finding is still there, and the reason says which line is gone
+    (["`sum(x, 0)` raised EZ1001: last dim only"], "xfailed", "partly fixed: no line shows"),
+    # the seeded regression of issue 46: keepdim dropped, beside the known finding
+    (["`sum(x, 0)` raised EZ1001: last dim only", "`sum(x, dtype=f32)` raised TypeError: no",
+      "`sum(x, -1, keepdim=True)` returns shape (4,) where off returns (4, 1)"],
+     "failed", "NEW FAILURE beside the known finding demo"),
+])
+def test_a_ledger_entry_never_hides_a_new_failure_line(
+        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        problems: list[str], outcome: str, shown: str) -> None:
+    """Before: an entry matched its text anywhere in the failure, so a new problem in a
+    ledger case (vllm-ascend's reduce_sum with keepdim dropped) stayed a known finding."""
+    pytester.makepyfile(test_demo=f"""
+        def test_it():
+            problems = {problems!r}
+            assert not problems, "\\n- ".join(["sum with the switch on:", *problems])
+        """)
+    monkeypatch.setenv(verdicts.LEDGER_ENV,
+                       str(_listed_ledger(tmp_path, "test_demo.py::test_it", KNOWN_LINES)))
+    results = tmp_path / "r.jsonl"
+    run = pytester.runpytest_subprocess(f"--harness-results={results}", "-rxf")
+    (record,) = [r for r in map(json.loads, results.read_text().splitlines())
+                 if r["type"] == "test"]
+    out = run.stdout.str()
+    assert record["outcome"] == outcome, out
+    assert shown in out, out
+    if outcome == "failed":
+        assert "keepdim=True" in out.split("NEW FAILURE", 1)[1], out
+        assert "still there" in out and record["category"] != "known-finding"
+
+
+def test_the_failure_lines_of_an_isolated_childs_exception() -> None:
+    """The child's traceback note is no failure line; a note that the child crashed after
+    its result is one (a known finding must not hide it)."""
+    exc = TypeError("'function' object is not subscriptable")
+    exc.__notes__ = ["--- traceback in isolated child (pid 7) ---\nTraceback (most recent "
+                     "call last):\n  File \"x.py\", line 1\nTypeError: 'function' object",
+                     "then the child was killed by SIGSEGV during exit"]
+    lines = verdicts.failure_lines(None, SimpleNamespace(value=exc))
+    assert lines == ["TypeError: 'function' object is not subscriptable",
+                     "then the child was killed by SIGSEGV during exit"]
+    text = ("E   AssertionError: header:\nE     - one\nE     events counted: {}\n"
+            "E   assert not ['one']\n")
+    assert verdicts.failure_lines(text) == ["one"]
+
+
+def test_the_built_in_ledger_covers_each_line_of_its_cases() -> None:
+    """Each built-in entry with several texts names distinct lines (no text inside another,
+    which would let one line stand for two)."""
+    for finding in verdicts.load_ledger(verdicts.LEDGER):
+        for a in finding.match:
+            assert not any(a != b and a in b for b in finding.match), (finding.id, a)

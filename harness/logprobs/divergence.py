@@ -23,6 +23,7 @@ vLLM's custom kernels ``_C::rms_norm(out, ...)``, attention writing its output b
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,12 +77,15 @@ def _base(op: str) -> str:
 
 
 def _row_digests(t: Any) -> list[bytes]:
-    import torch
-
-    flat = t.detach().contiguous().reshape(t.shape[0], -1) if t.dim() else t.reshape(1, 1)
-    raw = flat.view(torch.uint8) if flat.dtype.itemsize > 0 else flat
-    data = raw.cpu().numpy()
-    return [hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in data]
+    """A digest of each row's bytes. Read with ctypes, not numpy: numpy is no dependency of
+    ours, and a torch without it raised "Numpy is not available" exactly here, when a case
+    differed and its diagnosis was wanted."""
+    flat = t.detach().cpu().contiguous()
+    rows = flat.shape[0] if flat.dim() else 1
+    data = ctypes.string_at(flat.data_ptr(), flat.nbytes) if flat.nbytes else b""
+    width = len(data) // rows if rows else 0
+    return [hashlib.blake2b(data[i * width:(i + 1) * width], digest_size=8).digest()
+            for i in range(rows)]
 
 
 def _written(func: Any, args: Any, kwargs: dict[str, Any]) -> list[Any]:

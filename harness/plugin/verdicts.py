@@ -57,7 +57,9 @@ class Finding:
     distribution: str
     affected: str
     cases: tuple[str, ...]
-    match: str
+    #: the failure lines the finding shows, each named by a text the line contains: a
+    #: failure with a line none of them covers is a new failure (``ledger_match``)
+    match: tuple[str, ...]
     evidence: str
     fix: str = ""
     #: other distributions whose range the finding needs: {distribution: specifier} (verl's
@@ -95,11 +97,86 @@ def load_ledger(path: Path | None = None) -> list[Finding]:
                                "evidence") if k not in entry]
         if missing:
             raise LedgerError(f"{path}: finding #{i + 1} lacks {', '.join(missing)}")
+        match = entry["match"]
+        match = (match,) if isinstance(match, str) else tuple(match)
+        if not match or not all(isinstance(m, str) and m.strip() for m in match):
+            raise LedgerError(f"{path}: finding {entry['id']!r}: match must be a text or a "
+                              "list of texts, one for each failure line the finding shows")
         found.append(Finding(entry["id"], entry["title"], entry["distribution"],
-                             entry["affected"], tuple(entry["cases"]), entry["match"],
+                             entry["affected"], tuple(entry["cases"]), match,
                              " ".join(entry["evidence"].split()), entry.get("fix", ""),
                              tuple(sorted(dict(entry.get("also", {})).items()))))
     return found
+
+
+# --- what a ledger entry covers -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class LedgerMatch:
+    """How a failure compares with a ledger entry: ``seen`` (the entry's texts found),
+    ``unseen`` (its texts no line shows: partly fixed), ``new`` (failure lines no text of
+    the entry covers: a new failure)."""
+
+    seen: tuple[str, ...]
+    unseen: tuple[str, ...]
+    new: tuple[str, ...]
+
+    @property
+    def known(self) -> bool:
+        """The known finding is there and nothing else fails."""
+        return bool(self.seen) and not self.new
+
+
+#: the note the isolation core adds to a child's exception (its traceback): no failure line
+CHILD_TRACEBACK_NOTE = "--- traceback in isolated child"
+
+
+def failure_lines(longrepr: Any, excinfo: Any = None) -> list[str]:
+    """The lines a failure states: the exception's message (pytest's rewritten-assert
+    explanation, ``assert ...``, left out) and its notes (the child's traceback note left
+    out); where the message is a list of problems (``- `` bullets, as the checks write
+    them) the bullets stand for it, the header and context lines around them being no
+    problem of their own. Read from the exception where the hook has it, else from the
+    report's text."""
+    exc = getattr(excinfo, "value", None)
+    notes: list[str] = []
+    if isinstance(exc, BaseException):
+        message = str(exc)
+        lines = f"{type(exc).__name__}: {message}".splitlines() if message \
+            else [type(exc).__name__]
+        for note in getattr(exc, "__notes__", None) or []:
+            if isinstance(note, str) and not note.startswith(CHILD_TRACEBACK_NOTE):
+                notes.extend(line.strip() for line in note.splitlines() if line.strip())
+    else:
+        crash = getattr(longrepr, "reprcrash", None)
+        if crash is not None and getattr(crash, "message", None):
+            lines = str(crash.message).splitlines()
+        else:  # a plain-text longrepr: pytest's "E   " lines
+            text = str(longrepr or "")
+            lines = [line[1:] for line in text.splitlines() if line.startswith("E ")] \
+                or text.splitlines()[-1:]
+        cut = next((i for i, line in enumerate(lines)
+                    if line.strip().startswith(CHILD_TRACEBACK_NOTE)), len(lines))
+        lines = lines[:cut]
+    kept: list[str] = []
+    for line in (line.strip() for line in lines):
+        if line.startswith("assert ") or line == "assert":
+            break  # pytest's explanation runs to the end of the message
+        if line:
+            kept.append(line)
+    bullets = [line[2:].strip() for line in kept if line.startswith("- ")]
+    if kept and ": - " in kept[0]:  # "AssertionError: - first problem" (no header line)
+        bullets.insert(0, kept[0].split(": - ", 1)[1].strip())
+    return (bullets or kept) + notes
+
+
+def ledger_match(finding: Finding, lines: list[str]) -> LedgerMatch:
+    """Which of the failure's ``lines`` the ``finding`` covers (each line must contain one
+    of its texts); a known finding never hides a line it does not name."""
+    seen = tuple(m for m in finding.match if any(m in line for line in lines))
+    unseen = tuple(m for m in finding.match if m not in seen)
+    new = tuple(line for line in lines if not any(m in line for m in finding.match))
+    return LedgerMatch(seen, unseen, new)
 
 
 # --- the cause of a failure ----------------------------------------------------------------
@@ -177,12 +254,13 @@ class Verdicts:
         report = yield
         finding = item.stash.get(_LEDGER_KEY, None)
         if finding is not None and call.when == "call":
-            self._ledger(report, finding)
+            self._ledger(report, finding, call)
         if report.failed and not any(k == "verdict" for k, _ in report.user_properties):
             self._file(report)
         return report
 
-    def _ledger(self, report: pytest.TestReport, finding: Finding) -> None:
+    def _ledger(self, report: pytest.TestReport, finding: Finding,
+                call: pytest.CallInfo[None]) -> None:
         version = installed_version(finding.distribution)
         text = str(report.longrepr or "")
         if report.passed:
@@ -194,14 +272,27 @@ class Verdicts:
                 f"known_findings.toml), or narrow its range. Evidence it was filed on: "
                 f"{finding.evidence}")
             self._set(report, "fixed-upstream", finding.id)
-        elif report.failed and finding.match in text:
-            report.outcome = "skipped"
-            report.wasxfail = finding.reason(version)  # type: ignore[attr-defined]
-            self._set(report, "known-finding", finding.id)
         elif report.failed:
-            report.sections.append(("npu-regress ledger", (
-                f"the ledger's {finding.id} expects a failure containing {finding.match!r}; "
-                "this failure is something else, so it is reported as a failure")))
+            found = ledger_match(finding, failure_lines(report.longrepr, call.excinfo))
+            if found.known:
+                report.outcome = "skipped"
+                partly = (f"; partly fixed: no line shows {', '.join(map(repr, found.unseen))}"
+                          if found.unseen else "")
+                report.wasxfail = finding.reason(version) + partly  # type: ignore[attr-defined]
+                self._set(report, "known-finding", finding.id)
+            elif found.seen:
+                report.sections.append(("npu-regress ledger", (
+                    f"NEW FAILURE beside the known finding {finding.id} (still there: "
+                    f"{', '.join(map(repr, found.seen))}): the ledger does not cover "
+                    + "; ".join(map(repr, found.new))
+                    + ". It is reported as a failure; the known finding alone would be "
+                    "an expected failure.")))
+            else:
+                report.sections.append(("npu-regress ledger", (
+                    f"the ledger's {finding.id} expects failure lines containing "
+                    f"{', '.join(map(repr, finding.match))}; this failure is something "
+                    f"else ({'; '.join(map(repr, found.new)) or repr(text[:200])}), so it "
+                    "is reported as a failure")))
 
     def _file(self, report: pytest.TestReport) -> None:
         if self._declared is None:
