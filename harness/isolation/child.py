@@ -135,16 +135,13 @@ def _arm_faulthandler(workdir: Path) -> list[Any]:
 
 
 def _outcome_of(exc: BaseException) -> str | None:
-    """Map pytest's outcome exceptions (skip, xfail, fail) without importing pytest."""
-    outcomes = sys.modules.get("_pytest.outcomes")
-    if outcomes is None:
-        return None
-    if isinstance(exc, outcomes.Skipped):
-        return "skip"
-    if isinstance(exc, outcomes.XFailed):
-        return "xfail"
-    if isinstance(exc, outcomes.Failed):
-        return "fail"
+    """Map pytest's outcome exceptions (skip, xfail, fail) without importing pytest: its
+    public ``pytest.skip.Exception`` and friends, where the child has pytest loaded."""
+    pytest = sys.modules.get("pytest")
+    for kind, fn in (("skip", "skip"), ("xfail", "xfail"), ("fail", "fail")):
+        cls = getattr(getattr(pytest, fn, None), "Exception", None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return kind
     return None
 
 

@@ -33,7 +33,7 @@ from harness.isolation.server import (
     ForkServerUnavailable,
     ReplacingForkServer,
 )
-from harness.plugin import manifest, require
+from harness.plugin import manifest, pytest_private, require
 from harness.plugin.attach import RESULTS_KEY, attach_result
 from harness.plugin.results import ResultsInUse, ResultsWriter, child_record
 from harness.plugin.whole_test import HarnessHookspecs, WholeTestIsolation
@@ -386,9 +386,7 @@ def _record_manifest(config: pytest.Config, session: HarnessSession) -> None:
     XML's global properties (``stack.<name>``). Read once, by the controller."""
     if hasattr(config, "workerinput"):
         return
-    from _pytest.junitxml import xml_key
-
-    xml = config.stash.get(xml_key, None)
+    xml = pytest_private.junit_xml(config)
     if not _option(config, "harness_results") and xml is None:
         return
     session.manifest = manifest.collect(session.npu)

@@ -14,7 +14,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.plugin import failure_repr, whole_test_child
+from harness.plugin import failure_repr, pytest_private, whole_test_child
 
 
 class DoctestFailed(Exception):
@@ -45,7 +45,7 @@ class DoctestCall:
     __test__ = False
 
     def __call__(self) -> None:
-        from _pytest import doctest as pytest_doctest
+        pytest_doctest = pytest_private.doctest_module()
 
         test = self.dtest
         if self.module is not None:
@@ -77,25 +77,23 @@ def _render(exc: BaseException, settings: failure_repr.RenderSettings) -> bytes 
     parent's ``--doctest-report``)."""
     import pickle
 
-    from _pytest._code import ExceptionInfo
-    from _pytest.doctest import DoctestItem
+    import pytest
 
     try:
-        excinfo = ExceptionInfo.from_exception(exc)
+        item_cls = pytest_private.doctest_module().DoctestItem
+        excinfo = pytest.ExceptionInfo.from_exception(exc)
         node = failure_repr.stand_in(settings)
-        return pickle.dumps(DoctestItem.repr_failure(node, excinfo))  # type: ignore[arg-type]
+        return pickle.dumps(item_cls.repr_failure(node, excinfo))
     except Exception:  # noqa: BLE001 - a failure to render must not hide the failure
         return None
 
 
 def call_for(item: Any, render: failure_repr.RenderSettings) -> DoctestCall:
     """Parent side: the ``DoctestCall`` for a collected ``DoctestItem``."""
-    from _pytest import doctest as pytest_doctest
-
     dtest = copy.copy(item.dtest)
     dtest.globs = {}
     module = None
-    if not isinstance(item.parent, pytest_doctest.DoctestTextfile):
+    if not pytest_private.is_doctest_textfile(item.parent):
         globs = item.dtest.globs
         module = (str(globs.get("__name__")), str(globs.get("__file__") or item.path))
     namespace = {}

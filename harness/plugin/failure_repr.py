@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import io
 import pickle
 import sys
 from collections.abc import Callable, Iterator
@@ -28,10 +27,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from harness.plugin import pytest_private
+
 #: the options pytest's rendering reads (``Node._repr_failure_py``, ``Function``'s filter)
 OPTIONS = ("fulltrace", "tbstyle", "showlocals", "assertmode", "verbose", "doctestreport")
-#: ini values the assertion explanation reads (``_pytest.assertion.truncate``)
-INI = ("truncation_limit_lines", "truncation_limit_chars")
+#: ini values the assertion explanation reads (truncation; the diff style of pytest 9.1+)
+INI = ("truncation_limit_lines", "truncation_limit_chars", "assertion_text_diff_style")
 
 
 @dataclass
@@ -45,12 +48,14 @@ class RenderSettings:
     diff_style: str = "ndiff"
     markup: bool = False
     code_highlight: bool = False
+    #: the parent had a terminal reporter (pytest then colours the diff as its writer does)
+    reporter: bool = True
     #: conftest modules (name, file) that implement ``pytest_assertrepr_compare``
     compare_hooks: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
     def of(cls, config: Any) -> RenderSettings:
-        from _pytest.config import Config
+        from pytest import Config
 
         settings = cls(invocation_dir=str(config.invocation_params.dir))
         for name in OPTIONS:
@@ -59,14 +64,12 @@ class RenderSettings:
             with contextlib.suppress(ValueError, KeyError):
                 settings.ini[name] = config.getini(name)
         settings.verbosity[""] = config.get_verbosity()
+        settings.reporter = config.pluginmanager.has_plugin("terminalreporter")
         for kind in ("VERBOSITY_ASSERTIONS", "VERBOSITY_TEST_CASES"):
             if hasattr(Config, kind):
                 settings.verbosity[getattr(Config, kind)] = \
                     config.get_verbosity(getattr(Config, kind))
-        with contextlib.suppress(Exception):
-            from _pytest.assertion import util
-
-            settings.diff_style = util.get_assertion_text_diff_style(config)
+        settings.diff_style = str(settings.ini.get("assertion_text_diff_style") or "ndiff")
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             writer = config.get_terminal_writer()
@@ -106,6 +109,15 @@ class _Config:
         verbosity = self._settings.verbosity
         return verbosity.get(verbosity_type or "", verbosity.get("", 0))
 
+    @property
+    def pluginmanager(self) -> Any:
+        reporter = self._settings.reporter
+        return SimpleNamespace(has_plugin=lambda name: reporter and name == "terminalreporter")
+
+    def get_terminal_writer(self) -> Any:
+        return pytest_private.terminal_writer(self._settings.markup,
+                                              self._settings.code_highlight)
+
 
 class _Node:
     """A stand-in for the test's item: pytest's filter and rendering run on it unchanged."""
@@ -120,20 +132,16 @@ class _Node:
         return self._obj
 
     def _traceback_filter(self, excinfo: Any) -> Any:
-        from _pytest.python import Function
-
-        traceback = Function._traceback_filter(self, excinfo)  # type: ignore[arg-type]
+        traceback = pytest_private.traceback_filter(self, excinfo)
         if self.unittest:  # as TestCaseFunction: unittest's own frames are hidden
             kept = traceback.filter(lambda entry: not entry.frame.f_globals.get("__unittest"))
             traceback = kept or traceback
         return traceback
 
     def repr_failure(self, excinfo: Any) -> Any:
-        from _pytest.nodes import Node
-
         style = self.config.getoption("tbstyle", "auto")
-        return Node._repr_failure_py(self, excinfo,  # type: ignore[arg-type]
-                                     style="long" if style == "auto" else style)
+        return pytest_private.repr_failure_py(self, excinfo,
+                                              "long" if style == "auto" else style)
 
 
 def stand_in(settings: RenderSettings, obj: Any = None, unittest: bool = False) -> _Node:
@@ -146,70 +154,62 @@ def render(exc: BaseException, obj: Any, settings: RenderSettings,
     """``exc`` (raised by the test ``obj``) as pytest's pickled ``longrepr``; None when it
     cannot be rendered or sent (the parent then shows what it has)."""
     try:
-        from _pytest._code import ExceptionInfo
-
-        excinfo = ExceptionInfo.from_exception(exc)
+        excinfo = pytest.ExceptionInfo.from_exception(exc)
         longrepr = stand_in(settings, obj, unittest).repr_failure(excinfo)
-        return pickle.dumps(longrepr)
+        return pickle.dumps(longrepr) if longrepr is not None else None
     except Exception:  # noqa: BLE001 - a failure to render must not hide the failure
         return None
+
+
+class _AssertionHooks:
+    """What pytest's assertion protocol calls on ``item.ihook``: the conftest
+    ``pytest_assertrepr_compare`` hooks, outermost first, then pytest's own (as pluggy
+    calls them: every result, the first non-empty one wins)."""
+
+    def __init__(self, settings: RenderSettings, own: Callable[..., Any],
+                 load: Callable[[str, str, None], Any]) -> None:
+        self._settings, self._own, self._load = settings, own, load
+        self.pytest_assertion_pass = SimpleNamespace(get_hookimpls=lambda: [])
+
+    def pytest_assertrepr_compare(self, config: Any, op: str, left: object,
+                                  right: object) -> list[Any]:
+        given = {"config": config, "op": op, "left": left, "right": right}
+        results = []
+        for name, file in self._settings.compare_hooks:
+            hook = getattr(_conftest(name, file, self._load), "pytest_assertrepr_compare",
+                           None)
+            if hook is not None:
+                wanted = inspect.signature(hook).parameters
+                results.append(hook(**{k: v for k, v in given.items() if k in wanted}))
+        results.append(self._own(**given))
+        return [r for r in results if r is not None]
 
 
 @contextlib.contextmanager
 def assertion_detail(settings: RenderSettings, load: Callable[[str, str, None], Any]
                      ) -> Iterator[None]:
-    """Around the test in the child: what pytest's assertion plugin sets around a test.
-    ``load(name, file, None)`` imports a conftest that is not loaded yet."""
-    try:
-        from _pytest.assertion import truncate, util
-    except ImportError:
+    """Around the test in the child: pytest's own assertion protocol (``util._reprcompare``
+    set to its ``callbinrepr``, truncation included), driven on a stand-in item whose
+    config answers from the parent's settings, so the diff is pytest's in every version.
+    ``load(name, file, None)`` imports a conftest that is not loaded yet. Where pytest's
+    hooks differ in shape, the test runs without the diff (its outcome unchanged)."""
+    found = pytest_private.assertion_protocol()
+    if found is None:
         yield
         return
+    protocol, own = found
     config = _Config(settings)
-    holder = SimpleNamespace(config=config)
-
-    def explain(op: str, left: object, right: object) -> list[str] | None:
-        for name, file in settings.compare_hooks:
-            hook = getattr(_conftest(name, file, load), "pytest_assertrepr_compare", None)
-            if hook is None:
-                continue
-            wanted = inspect.signature(hook).parameters
-            given = {"config": config, "op": op, "left": left, "right": right}
-            lines = hook(**{k: v for k, v in given.items() if k in wanted})
-            if lines:
-                return list(lines)
-        lines = list(util.assertrepr_compare(
-            op=op, left=left, right=right,
-            verbose=config.get_verbosity("assertions"),
-            highlighter=_highlighter(settings),
-            assertion_text_diff_style=settings.diff_style))  # type: ignore[arg-type]
-        return lines or None
-
-    def callbinrepr(op: str, left: object, right: object) -> str | None:
-        # as _pytest.assertion.pytest_runtest_protocol's callbinrepr
-        lines = explain(op, left, right)
-        if not lines:
-            return None
-        lines = truncate.truncate_if_required(lines, holder)  # type: ignore[arg-type]
-        res = "\n~".join(line.replace("\n", "\\n") for line in lines)
-        return res.replace("%", "%%") if config.getoption("assertmode") == "rewrite" else res
-
-    saved = util._reprcompare, util._config
-    util._reprcompare = callbinrepr
-    util._config = config  # type: ignore[assignment]
+    item = SimpleNamespace(config=config, ihook=_AssertionHooks(settings, own, load))
+    wrapper = protocol(item)
+    try:
+        next(wrapper)
+    except Exception:  # noqa: BLE001 - no diff rather than no test
+        yield
+        return
     try:
         yield
     finally:
-        util._reprcompare, util._config = saved
-
-
-def _highlighter(settings: RenderSettings) -> Any:
-    from _pytest._io import TerminalWriter
-
-    writer = TerminalWriter(file=io.StringIO())
-    writer.hasmarkup = settings.markup
-    writer.code_highlight = settings.code_highlight
-    return writer._highlight
+        wrapper.close()
 
 
 def _conftest(name: str, file: str, load: Callable[[str, str, None], Any]) -> Any:
@@ -228,8 +228,6 @@ def ending(path: str, fallback_line: int, message: str, stack: str) -> Any:
     JUnit point at the test, not at the plugin."""
     import re
 
-    from _pytest._code.code import ReprExceptionInfo, ReprFileLocation, ReprTracebackNative
-
     lineno = fallback_line
     for found in re.finditer(r'File "([^"]+)", line (\d+)', stack):
         if found.group(1) == path:
@@ -237,5 +235,4 @@ def ending(path: str, fallback_line: int, message: str, stack: str) -> Any:
             break  # faulthandler lists the most recent call first
     first = message.splitlines()[0] if message else "isolated child failed"
     lines = [line + "\n" for line in message.splitlines()]
-    return ReprExceptionInfo(reprtraceback=ReprTracebackNative(lines),
-                             reprcrash=ReprFileLocation(path, lineno, first))
+    return pytest_private.native_longrepr(lines, path, lineno, first)

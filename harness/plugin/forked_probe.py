@@ -16,7 +16,8 @@ import time
 from typing import Any
 
 import pytest
-from _pytest.runner import SetupState
+
+from harness.plugin import pytest_private
 
 PROBE_KEY = pytest.StashKey["ProbeVerdict"]()
 
@@ -66,11 +67,12 @@ def probe(session: pytest.Session) -> ProbeVerdict:
     plugin = config.pluginmanager.get_plugin("pytest_forked")
     run = getattr(plugin, "forked_run_report", None)
     broken: str | None = None
-    if callable(run):
+    fresh = pytest_private.fresh_setup_state()
+    if callable(run) and fresh is not None and hasattr(session, "_setupstate"):
         item = _ForkProbeItem.from_parent(session, name="npu-regress-forked-probe")
         # A fresh setup state: the probe's fork sets up and tears down only itself, never the
         # session's fixtures (their finalizers stay registered in the real state).
-        saved, session._setupstate = session._setupstate, SetupState()
+        saved, session._setupstate = session._setupstate, fresh
         try:
             reports = list(run(item))
         except Exception as exc:  # noqa: BLE001 - a probe that raises is a broken plugin

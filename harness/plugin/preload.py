@@ -73,9 +73,7 @@ def plan(items: Sequence[pytest.Item], isolated: Any, config: Any, *,
     """The modules to warm up for the ``items`` that ``isolated(item)`` selects; None when
     no collected test runs isolated as a whole test, unless ``always`` (a server started
     without torch: the plan may then hold nothing but torch)."""
-    from _pytest.doctest import DoctestItem, DoctestTextfile
-
-    from harness.plugin import whole_test_child
+    from harness.plugin import pytest_private, whole_test_child
     from harness.plugin.failure_repr import conftest_modules
 
     tests: dict[str, tuple[str, bool]] = {}  # name: (file, asserts rewritten)
@@ -84,10 +82,10 @@ def plan(items: Sequence[pytest.Item], isolated: Any, config: Any, *,
     for item in items:
         if "run_on_npu" in getattr(getattr(item, "_fixtureinfo", None), "argnames", ()):
             torch = True
-        if isinstance(item, DoctestItem) and isolated(item):
+        if pytest_private.is_doctest(item) and isolated(item):
             selected = True
             globs = item.dtest.globs
-            if not isinstance(item.parent, DoctestTextfile) and globs.get("__file__"):
+            if not pytest_private.is_doctest_textfile(item.parent) and globs.get("__file__"):
                 tests.setdefault(str(globs["__name__"]), (str(globs["__file__"]), False))
             continue
         if not isinstance(item, pytest.Function) or not isolated(item):

@@ -38,6 +38,7 @@ from harness.plugin import (
     fixture_views,
     forked_probe,
     preload,
+    pytest_private,
     whole_test_child,
 )
 from harness.plugin.attach import attach_result
@@ -117,16 +118,7 @@ def _restore_in_place(old: Any, new: Any) -> None:
 
 def _log_settings(config: pytest.Config) -> dict[str, Any]:
     """pytest's log level and format for the report's "Captured log" section."""
-    try:
-        from _pytest.logging import get_log_level_for_setting, get_option_ini
-    except ImportError:
-        return {}
-    try:
-        return {"level": get_log_level_for_setting(config, "log_level"),
-                "format": get_option_ini(config, "log_format"),
-                "datefmt": get_option_ini(config, "log_date_format")}
-    except (ValueError, AttributeError):  # -p no:logging: pytest captures no logs either
-        return {}
+    return pytest_private.log_settings(config)
 
 
 class WholeTestIsolation:
@@ -191,14 +183,12 @@ class WholeTestIsolation:
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
         """unittest.TestCase tests and doctests never reach ``pytest_pyfunc_call``: run them
         isolated through their ``runtest``."""
-        from _pytest.doctest import DoctestItem
-        from _pytest.unittest import TestCaseFunction
-
-        selected = isinstance(item, (TestCaseFunction, DoctestItem)) and self._isolated(item)
+        doctest = pytest_private.is_doctest(item)
+        selected = (doctest or pytest_private.is_unittest(item)) and self._isolated(item)
         if not selected:
             return (yield)
         marker = selected if isinstance(selected, pytest.Mark) else None
-        kind = "doctest" if isinstance(item, DoctestItem) else "unittest"
+        kind = "doctest" if doctest else "unittest"
         item.runtest = lambda: self._run(item, marker, kind)  # type: ignore[method-assign]
         try:
             return (yield)
@@ -236,9 +226,7 @@ class WholeTestIsolation:
                     str(item.path), (line or 0) + 1, f"{_qualname(exc)}: {exc}", res.stack)
             raise
         if res.value is not None and kind == "function":
-            from _pytest.warning_types import PytestReturnNotNoneWarning
-
-            warnings.warn(PytestReturnNotNoneWarning(
+            warnings.warn(pytest.PytestReturnNotNoneWarning(
                 f"Test functions should return None, but {item.nodeid} returned "
                 f"{type(res.value)!r}.\nDid you mean to use `assert` instead of `return`?"),
                 stacklevel=1)
@@ -361,10 +349,8 @@ def _report_subtest(item: pytest.Item, subtest: dict[str, Any]) -> None:
     """A unittest ``subTest`` of the child, reported as pytest 9 reports one in process
     (``TestCaseFunction.addSubTest``): a ``SubtestReport`` per subtest, failures with the
     child's rendering. Older pytest has no subtest reports: a failed one fails the test."""
-    try:
-        from _pytest.runner import CallInfo
-        from _pytest.subtests import SubtestContext, SubtestReport
-    except ImportError:
+    found = pytest_private.subtest_reports()
+    if found is None:
         if subtest.get("failed"):
             pytest.fail(f"subtest {subtest.get('kwargs')}: {subtest.get('message')}",
                         pytrace=False)
@@ -381,8 +367,8 @@ def _report_subtest(item: pytest.Item, subtest: dict[str, Any]) -> None:
         if subtest.get("longrepr"):
             with contextlib.suppress(Exception):
                 item.stash[LONGREPR_KEY] = pickle.loads(subtest["longrepr"])
-    call = CallInfo[None](None, excinfo, start=0, stop=0, duration=0, when="call",
-                          _ispytest=True)
+    SubtestContext, SubtestReport = found  # noqa: N806
+    call = pytest_private.call_info(excinfo)
     report = item.ihook.pytest_runtest_makereport(item=item, call=call)
     sub_report = SubtestReport._new(
         report, SubtestContext(msg=subtest.get("msg"), kwargs=subtest.get("kwargs") or {}),

@@ -23,7 +23,6 @@ in the child; pytest also runs ``setUpClass`` in the parent, as it sets up the c
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import importlib
 import importlib.util
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.isolation.child import _pack
-from harness.plugin import failure_repr, fixture_views
+from harness.plugin import failure_repr, fixture_views, pytest_private
 
 #: fixtures the child builds for itself (the parent's are bound to the parent's process)
 CHILD_BUILT = ("capsys", "capsysbinary", "capfd", "capfdbinary", "caplog", "recwarn",
@@ -113,7 +112,8 @@ def module_code(path: str, config: Any) -> bytes | None:
     stat = os.stat(path)
     key = (path, stat.st_mtime_ns, stat.st_size)
     if key not in _codes:
-        code = _rewritten.pop(key, None) or _cached_rewrite(Path(path)) or _rewrite(path, config)
+        code = (_rewritten.pop(key, None) or pytest_private.cached_rewrite(Path(path))
+                or pytest_private.rewritten(path, config))
         _codes[key] = marshal.dumps(code)
     return _codes[key]
 
@@ -127,44 +127,12 @@ def remember_rewrites() -> None:
     ``module_code`` need not rewrite a test module a second time (without a pyc cache,
     ``PYTHONDONTWRITEBYTECODE``, that was about 1.5 s for toolz's 12 modules, 8 ms a test).
     Where pytest's internals differ, nothing is kept and ``module_code`` rewrites."""
-    try:
-        from _pytest.assertion import rewrite
-    except ImportError:
-        return
-    original = getattr(rewrite, "_rewrite_test", None)
-    if original is None or getattr(original, "_npu_regress", False):
-        return
 
-    def _rewrite_test(fn: Path, config: Any) -> Any:
-        stat, code = original(fn, config)
+    def store(fn: Path, code: Any) -> None:
+        stat = os.stat(fn)
         _rewritten[(str(fn), stat.st_mtime_ns, stat.st_size)] = code
-        return stat, code
 
-    _rewrite_test._npu_regress = True  # type: ignore[attr-defined]
-    rewrite._rewrite_test = _rewrite_test
-
-
-def _cached_rewrite(path: Path) -> Any:
-    """The code pytest's import hook rewrote and cached for ``path`` (its pyc in
-    ``__pycache__``, checked against the source's mtime and size), or None."""
-    try:
-        from _pytest.assertion import rewrite
-    except ImportError:
-        return None
-    try:
-        pyc = rewrite.get_cache_dir(path) / (path.name[:-3] + rewrite.PYC_TAIL)
-        return rewrite._read_pyc(path, pyc)
-    except Exception:  # noqa: BLE001 - no usable cache: rewrite it here
-        return None
-
-
-def _rewrite(path: str, config: Any) -> Any:
-    from _pytest.assertion.rewrite import rewrite_asserts
-
-    source = Path(path).read_bytes()
-    tree = ast.parse(source, filename=path)
-    rewrite_asserts(tree, source, path, config)
-    return compile(tree, path, "exec", dont_inherit=True)
+    pytest_private.remember_rewrites(store)
 
 
 @dataclass
@@ -221,10 +189,11 @@ class TestCall:
 
 def _rendered(exc: BaseException) -> bool:
     """Whether pytest would show ``exc`` as a failure (not a skip, an xfail or an exit)."""
-    outcomes = sys.modules.get("_pytest.outcomes")
+    import pytest
+
     if isinstance(exc, (SystemExit, KeyboardInterrupt)):
         return False
-    return outcomes is None or not isinstance(exc, (outcomes.Skipped, outcomes.XFailed))
+    return not isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception))
 
 
 def _resolve(module: Any, qualname: str, instance: Any) -> Any:
@@ -247,28 +216,19 @@ def _child_built(names: list[str], stack: contextlib.ExitStack, caplog_stash: An
     built: dict[str, Any] = {}
     for name in names:
         if name in ("capsys", "capsysbinary", "capfd", "capfdbinary"):
-            from _pytest import capture
-
-            cls = {"capsys": capture.SysCapture, "capsysbinary": capture.SysCaptureBinary,
-                   "capfd": capture.FDCapture, "capfdbinary": capture.FDCaptureBinary}[name]
-            fixture = capture.CaptureFixture(cls, None, _ispytest=True)  # type: ignore[arg-type]
-            fixture._start()
+            fixture = pytest_private.capture_fixture(name)
             stack.callback(fixture.close)
             built[name] = fixture
         elif name == "recwarn":
-            from _pytest.recwarn import WarningsRecorder
-
-            built[name] = stack.enter_context(WarningsRecorder(_ispytest=True))
+            built[name] = stack.enter_context(pytest_private.warnings_recorder())
         elif name == "caplog":
-            from _pytest.logging import LogCaptureFixture
-
-            fixture = LogCaptureFixture(caplog_stash, _ispytest=True)  # type: ignore[arg-type]
+            fixture = pytest_private.log_capture_fixture(caplog_stash)
             stack.callback(fixture._finalize)
             built[name] = fixture
         elif name == "monkeypatch":
-            from _pytest.monkeypatch import MonkeyPatch
+            import pytest
 
-            patcher = MonkeyPatch()
+            patcher = pytest.MonkeyPatch()
             stack.callback(patcher.undo)
             built[name] = patcher
     return built
@@ -298,10 +258,11 @@ class _StashHolder:
 def _log_capture(log: dict[str, Any], report: dict[str, Any]) -> Iterator[Any]:
     """pytest's two log handlers, as its logging plugin installs them around a test: one
     for the report's "Captured log" section, one for ``caplog``."""
-    if not log:  # pytest's logging plugin is off (-p no:logging): it captures nothing
+    handlers = pytest_private.log_handlers()
+    if not log or handlers is None:  # -p no:logging (pytest captures nothing), or drift
         yield None
         return
-    from _pytest.logging import LogCaptureHandler, caplog_handler_key, caplog_records_key
+    LogCaptureHandler, caplog_handler_key, caplog_records_key = handlers  # noqa: N806
 
     level = log.get("level")
     root = logging.getLogger()
