@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import needs_torch
+
 MATRIX = """
 import os, signal, sys, threading, time
 import pytest
@@ -189,6 +191,7 @@ def test_a_fixture_of_the_pytest_process_is_one_clear_line(pytester: pytest.Pyte
     pytester.runpytest("--isolate-all", opted_out).assert_outcomes(passed=1)
 
 
+@needs_torch
 def test_existing_plain_file_passes_unchanged(pytester: pytest.Pytester) -> None:
     source = Path(__file__).parent / "plain" / "test_plain_checks.py"
     pytester.makepyfile(test_plain=source.read_text())
@@ -349,6 +352,7 @@ def test_probe_runs_no_session_fixture_teardown(pytester: pytest.Pytester) -> No
     assert log.read_text().splitlines() == ["teardown", "teardown"]
 
 
+@needs_torch
 def test_default_state_sees_a_real_cuda_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 

@@ -255,7 +255,7 @@ def _load_result(workdir: Path, token: str, res: IsolatedResult) -> bool:
             res.value = cloudpickle.loads(data["value"])
         elif kind == "raised":
             exc = cloudpickle.loads(data["exception"])
-            exc.add_note(f"--- traceback in isolated child (pid {res.pid}) ---\n{res.traceback}")
+            add_note(exc, f"--- traceback in isolated child (pid {res.pid}) ---\n{res.traceback}")
             res.exception = exc
     except Exception as exc:  # noqa: BLE001 - a class the parent cannot import, say
         what = "return value" if kind == "returned" else f"exception {res.exc_type}"
@@ -265,6 +265,18 @@ def _load_result(workdir: Path, token: str, res: IsolatedResult) -> bool:
             f"{exc})" + (f"; its message was: {res.message}" if res.message else "")
         )
     return True
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``; on Python 3.10, which has no ``add_note``, the same
+    ``__notes__`` list (pytest renders it there too, through its exceptiongroup backport).
+    Before: a child's KeyError came back on 3.10 as "could not be rebuilt in the parent"."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+        return
+    with contextlib.suppress(AttributeError, TypeError):
+        notes = getattr(exc, "__notes__", None)
+        exc.__notes__ = [*(notes if isinstance(notes, list) else []), note]  # type: ignore[attr-defined]
 
 
 #: what a child had reported, in words, when it died after writing its result
@@ -286,7 +298,7 @@ def _ended_after_result(res: IsolatedResult, workdir: Path) -> None:
         return
     note = f"then the child {res.ending()} during exit"
     if res.exception is not None:
-        res.exception.add_note(note)
+        add_note(res.exception, note)
     res.message = f"{res.message} ({note})" if res.message else note
 
 

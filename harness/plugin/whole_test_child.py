@@ -299,7 +299,8 @@ def _run_unittest(module: Any, qualname: str, render: failure_repr.RenderSetting
     cls_name, _, method = qualname.rpartition(".")
     cls = _resolve(module, cls_name, None)
     obj = getattr(cls, method, None)
-    result = _UnittestResult(render, obj, report)
+    cls_result = _UnittestResult if pytest_private.subtest_reports() else _NoSubtestsResult
+    result = cls_result(render, obj, report)
     unittest.TestSuite([cls(method)]).run(result)
     if result.raw:
         kind, value, tb = result.raw[0]
@@ -348,6 +349,17 @@ class _UnittestResult(unittest.TestResult):
                 entry["longrepr"] = failure_repr.render(
                     err[1].with_traceback(err[2]), self._obj, self._render, True)
         self._subtests.append(entry)
+
+
+class _NoSubtestsResult(_UnittestResult):
+    """pytest 8's in-process result (its ``TestCaseFunction``) has no ``addSubTest``:
+    unittest's ``subTest`` is then a plain block and the first failure ends the test. The
+    same here, so that the outcome and the text are pytest 8's."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "addSubTest":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
 
 
 def _last_line(text: str) -> str:
