@@ -484,6 +484,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if session.npu is not None:
         lines.append(f"npu-regress: ascend {session.npu.summary()}")
     lines.extend(_stack_header(session.stack))
+    for use, problem in pytest_private.drift():
+        lines.append(f"npu-regress: pytest {pytest.__version__} internals drifted: {use.name}: "
+                     f"{problem} (used to {use.why}; meanwhile: {use.fallback})")
     return lines
 
 
