@@ -38,7 +38,8 @@ def test_the_linter_catches_a_broken_workflow(tmp_path: Path) -> None:
 
 
 def test_shell_scripts_parse() -> None:
-    for script in ("ci/run-suites.sh", "ci/setup.sh", "ci/lock.sh", "ci/upstream.sh", ".ci/run"):
+    for script in ("ci/run-suites.sh", "ci/setup.sh", "ci/lock.sh", "ci/upstream.sh", ".ci/run",
+                   "ci/compat.sh", "ci/wheel-smoke.sh"):
         assert subprocess.run(["bash", "-n", str(ROOT / script)], check=False).returncode == 0
 
 
@@ -133,3 +134,31 @@ def test_nightly_runs_one_cpu_job_on_the_latest_releases() -> None:
     assert [(t["name"], t["image"]) for t in latest] == [("cpu-latest", "")]
     runs = [step.get("run", "") for step in nightly["jobs"]["suites"]["steps"]]
     assert "bash ci/setup.sh ${{ matrix.target.setup }}" in runs
+
+
+def test_the_wheel_declares_every_data_file_of_the_package() -> None:
+    """Before: the wheel carried the report's templates only, not declared.toml,
+    known_findings.toml or pairings.toml (ci/wheel-smoke.sh builds and runs the wheel)."""
+    import fnmatch
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]
+    missing = []
+    for path in (ROOT / "harness").rglob("*"):
+        if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
+            continue
+        package = ".".join(path.parent.relative_to(ROOT).parts)
+        rel = path.relative_to(ROOT / package.replace(".", "/")).as_posix()
+        # a file in a sub-folder belongs to the nearest package that declares globs for it
+        owners = {pkg: globs for pkg, globs in declared.items()
+                  if package == pkg or package.startswith(pkg + ".")}
+        covered = any(fnmatch.fnmatch(path.relative_to(ROOT / pkg.replace(".", "/")).as_posix(),
+                                      glob) for pkg, globs in owners.items() for glob in globs)
+        if not covered:
+            missing.append(f"{package}: {rel}")
+    assert missing == []
