@@ -155,3 +155,24 @@ def test_a_tmpdir_too_deep_for_a_unix_socket_path_still_serves(
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "AF_UNIX path too long" not in proc.stdout + proc.stderr
+
+
+def test_a_server_whose_forks_torch_has_poisoned_refuses() -> None:
+    """On a CUDA build, a device count asked in the server (``torch.cuda.is_available()``
+    in a collected module's ``skipif``) makes every forked child fail with "Cannot
+    re-initialize CUDA in forked subprocess" without CUDA being initialised: seen on an
+    H200 (issue 48), 44 cases of one run. The server now says so and is not used."""
+    import os
+    import types
+
+    from harness.isolation import server
+
+    parent = os.getpid()
+    fake = types.SimpleNamespace(
+        version=types.SimpleNamespace(cuda="13.0"),
+        cuda=types.SimpleNamespace(_is_in_bad_fork=lambda: os.getpid() != parent))
+    assert "torch poisons forks" in str(server._forks_poisoned(fake))
+    fake.cuda._is_in_bad_fork = lambda: False
+    assert server._forks_poisoned(fake) is None
+    fake.version.cuda = None  # a CPU build: no fork poison, no probe
+    assert server._forks_poisoned(fake) is None

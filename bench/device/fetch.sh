@@ -7,6 +7,10 @@ cd "$(dirname "$0")"
 mkdir -p wheels
 python3 -m pip download -q --no-deps --only-binary=:all: -d wheels \
   pytest-forked==1.7.5 defusedxml==0.7.1 py==1.11.0
+# vLLM 0.23.0 imports zmq (vllm.distributed) on the way to its batch-invariant module
+python3 -m pip download -q --no-deps --only-binary=:all: -d wheels --python-version 3.12 \
+  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 pyzmq==26.2.0
 # vLLM's Python files from the default profile's install (bash ci/setup.sh --upstream)
 vllm_dir=$(python3 -c 'import importlib.metadata as md, os, vllm; assert md.version("vllm") == "0.23.0", md.version("vllm"); print(os.path.dirname(os.path.dirname(vllm.__file__)))')
 (cd "$vllm_dir" && find vllm \( -name '*.py' -o -name '*.json' \) -print | tar -czf "$OLDPWD/vllm-sources.tgz" -T -)

@@ -89,6 +89,27 @@ def accelerator_state() -> str | None:
     with contextlib.suppress(Exception):
         if npu is not None and npu.is_initialized():
             return "the NPU is initialised in the forkserver"
+    return _forks_poisoned(torch)
+
+
+def _forks_poisoned(torch: Any) -> str | None:
+    """Whether a fork of this process would be in torch's "bad fork" state. CUDA need not be
+    initialised for that: asking for the device count (``torch.cuda.is_available()``, as
+    a test module's ``skipif`` does at import) already registers torch's fork poison, and
+    every forked child then fails with "Cannot re-initialize CUDA in forked subprocess"
+    (seen on an H200: 44 cases of one run). One fork that only asks tells for sure."""
+    cuda = getattr(torch, "cuda", None)
+    in_bad_fork = getattr(cuda, "_is_in_bad_fork", None)
+    if getattr(getattr(torch, "version", None), "cuda", None) is None or not callable(
+            in_bad_fork):
+        return None  # a build without CUDA has no fork poison
+    pid = os.fork()
+    if pid == 0:  # the probe: exit status 1 when poisoned
+        os._exit(1 if in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 1:
+        return ("CUDA was queried in the forkserver (a device count or is_available(): "
+                "torch poisons forks from then on)")
     return None
 
 
