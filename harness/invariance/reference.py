@@ -114,6 +114,24 @@ def _matmul_general(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _pairwise_last(flat: torch.Tensor) -> torch.Tensor:
+    """The last dimension summed by halving: zero-padded to a power of two, then the upper
+    half added to the lower until one column is left. Each step is an elementwise add, so a
+    row's sum is the same ops on the same operands whatever the number of rows. On CUDA the
+    reduction kernel picks its strategy by the number of rows: measured on an H200,
+    ``torch.sum(x, -1)`` of a 32-row batch gave rows 0, 16 and 31 other bits (1 ULP) than
+    each row alone."""
+    n = flat.shape[-1]
+    width = 1 << max(n - 1, 0).bit_length()
+    if width != n:
+        pad = flat.new_zeros(*flat.shape[:-1], width - n)
+        flat = torch.ops.aten.cat.default([flat, pad], -1)
+    while flat.shape[-1] > 1:
+        half = flat.shape[-1] // 2
+        flat = torch.ops.aten.add.Tensor(flat[..., :half], flat[..., half:])
+    return flat[..., 0]
+
+
 def _invariant_sum(x: torch.Tensor, dims: list[int] | None, keepdim: bool) -> torch.Tensor:
     """Sum over ``dims`` (all if None) as one contiguous last-dimension reduction per output
     element: measured on the CI CPU, a row's last-dimension sum does not depend on how many
@@ -125,7 +143,8 @@ def _invariant_sum(x: torch.Tensor, dims: list[int] | None, keepdim: bool) -> to
     keep = [d for d in range(nd) if d not in dims]
     moved = x.permute(*keep, *dims).contiguous()
     flat = moved.reshape(*moved.shape[: len(keep)], -1)
-    out = torch.ops.aten.sum.dim_IntList(flat, [-1], False)
+    out = (torch.ops.aten.sum.dim_IntList(flat, [-1], False) if flat.device.type == "cpu"
+           else _pairwise_last(flat))
     if keepdim:
         for d in dims:
             out = out.unsqueeze(d)
