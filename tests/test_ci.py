@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -162,3 +163,19 @@ def test_the_wheel_declares_every_data_file_of_the_package() -> None:
         if not covered:
             missing.append(f"{package}: {rel}")
     assert missing == []
+
+
+def test_the_device_script_starts_in_its_dry_mode(tmp_path: Path) -> None:
+    """bench/device/cuda_check.sh --dry, as CI can run it (no device): it names each part that
+    needs one, runs the rest, and its selections are not empty; so the script is known to
+    start before device time is spent on it."""
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", "bench/device/cuda_check.sh", "--dry", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    assert "these parts need one and are not run: isolation on CUDA" in text
+    assert "needs a CUDA device" in text  # the isolation file's tests skip, naming why
+    assert re.search(r"would run [1-9]\d* cases of suites/test_batch_invariant_switch.py", text)
+    assert re.search(r"would run [1-9]\d* cases of suites/test_logprob_batch_invariance.py", text)
+    assert (out / "results.jsonl").is_file() and (out / "report").is_dir()

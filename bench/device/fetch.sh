@@ -13,9 +13,10 @@ python3 -m pip download -q --no-deps --only-binary=:all: -d wheels --python-vers
   --platform manylinux2014_x86_64 pyzmq==26.2.0
 # vLLM's Python files from the default profile's install (bash ci/setup.sh --upstream)
 vllm_dir=$(python3 -c 'import importlib.metadata as md, os, vllm; assert md.version("vllm") == "0.23.0", md.version("vllm"); print(os.path.dirname(os.path.dirname(vllm.__file__)))')
-# with its dist-info: vLLM's own Requires-Dist (torch==2.9.0) lets the pairing preflight say
-# that the device's torch is not the one vLLM 0.23.0 declares (an unsupported stack, not a
-# release finding)
-(cd "$vllm_dir" && { find vllm \( -name '*.py' -o -name '*.json' \) -print; ls -d vllm-0.23.0.dist-info; } \
+# Python files only, no dist-info: with vLLM's dist-info beside them (tried on the H200),
+# vLLM takes itself for an installed build and imports its compiled vllm._C, which a
+# CUDA build for torch 2.9 cannot give the device's torch 2.11; without it, vLLM imports
+# (version unknown to itself) and disables its Triton on Triton 3.6 (README: "CUDA rows")
+(cd "$vllm_dir" && find vllm \( -name '*.py' -o -name '*.json' \) -print \
   | tar -czf "$OLDPWD/vllm-sources.tgz" -T -)
 ls -la wheels vllm-sources.tgz
