@@ -159,7 +159,7 @@ def expectation(check: str, source: str, device_kind: str, dtype: str, enabled: 
         found = TABLE.get((check, family(source), device_kind, kind, dtype, switch))
         if found is not None:
             return found
-    if enabled or check == "repeat":
+    if enabled or check in ("repeat", "repeat-under-load"):
         return Expectation("equal", "the property the switch promises")
     return Expectation(None, f"no measurement for {check} of {source} {dtype} on "
                              f"{device_kind} ({machine}) says it is batch-variant")

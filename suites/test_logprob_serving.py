@@ -1,0 +1,49 @@
+"""Logprob bit-equality under serving load, on the engine source (vLLM on CPU, CUDA or NPU,
+one code path: ``harness.logprobs.serving``). Each case starts its own engine in its own
+isolated process and lets the engine's scheduler decide:
+
+- ``concurrent``: the probe served alone vs while eight other requests (mixed lengths,
+  ``max_tokens``, sampling, logprobs) arrive over 12 steps: it joins a batch mid-decode,
+  others join and leave during its decode;
+- ``repeat-under-load``: the same load three times, the same bits for the probe;
+- ``prefix-cache``: the probe with its 128-token prefix cached by an earlier request vs
+  computed cold;
+- ``preemption``: the probe preempted (a 4-block KV cache) and recomputed vs not.
+
+Each case proves its condition from the scheduler (co-resident requests, joins and leaves,
+cached tokens, preemptions), else it fails as vacuous, never passes. Switch off: the
+inverse control (a difference passes: the comparison can see one; none is an XFAIL that
+says so); switch on: the property must hold; repeat-under-load must hold either way."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.logprobs import serving, vllm_source
+from harness.logprobs.expectations import judge
+from harness.plugin import SESSION_KEY
+
+
+@pytest.mark.isolation_timeout(600)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("switch", ["on", "off"])
+@pytest.mark.parametrize("prop", serving.PROPERTIES)
+def test_logprob_serving(prop: str, switch: str, dtype: str, request, run_on_npu,
+                         record_property) -> None:  # type: ignore[no-untyped-def]
+    device = request.config.stash[SESSION_KEY].device
+    reason = vllm_source.unavailable(device.kind)
+    if reason:
+        pytest.skip(f"serving cases (vLLM engine): {reason}")
+    enabled = switch == "on"
+    report = run_on_npu(serving.run_serving_case, prop, enabled, dtype,
+                        env={"VLLM_BATCH_INVARIANT": None}).value
+    record_property("serving_report", report.summary())
+    if report.vacuous:  # the condition the property claims did not happen: never a pass
+        pytest.fail(f"{prop}: {report.vacuous}\n{report.table()}", pytrace=False)
+    outcome, why = judge(prop, report.equal, report.cases, "vllm", device.kind, dtype,
+                         enabled, first_op=report.first_divergent_op)
+    if outcome == "failed":
+        pytest.fail(f"{why}\n{report.table()}", pytrace=False)
+    if outcome == "xfailed":
+        pytest.xfail(f"{why}; {report.condition}")
+    print(report.table())
