@@ -28,20 +28,25 @@ TESTS="tests/test_pytest_private.py tests/test_isolation.py tests/test_whole_tes
   tests/test_robust_counting.py"
 ROOT=${NPU_REGRESS_COMPAT_DIR:-/tmp/npu-regress-compat}
 
-interpreter() {  # the python of version $1: on PATH, else pyenv's
-  local found
-  found=$(command -v "python$1" 2>/dev/null || true)
-  if [ -z "$found" ]; then
-    found=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/python 2>/dev/null | tail -n 1 || true)
-  fi
-  [ -n "$found" ] || { echo "ci/compat.sh: no Python $1 on this machine (python$1 or pyenv)" >&2; return 1; }
+interpreter() {  # a python of version $1 that runs: pyenv's, else on PATH (a pyenv shim
+  # for a version that is not selected is on PATH but fails)
+  local found candidate
+  for candidate in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/python 2>/dev/null) \
+                   $(command -v "python$1" 2>/dev/null); do
+    if "$candidate" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$1'.split('.'))))" \
+        >/dev/null 2>&1; then
+      found=$candidate
+      break
+    fi
+  done
+  [ -n "${found:-}" ] || { echo "ci/compat.sh: no Python $1 on this machine (pyenv or python$1)" >&2; return 1; }
   echo "$found"
 }
 
 run_row() {
   local name=$1 py=$2 pytest=$3 xdist=$4 forked=$5
   local venv="$ROOT/$name" python start
-  python=$(interpreter "$py")
+  python=$(interpreter "$py") || return 1
   start=$(date +%s)
   rm -rf "$venv"
   "$python" -m venv "$venv"

@@ -37,7 +37,8 @@ def test_logprob_serving(prop: str, switch: str, dtype: str, request, run_on_npu
     enabled = switch == "on"
     report = run_on_npu(serving.run_serving_case, prop, enabled, dtype,
                         env={"VLLM_BATCH_INVARIANT": None}).value
-    record_property("serving_report", report.summary())
+    # the logprob family's property: the report shows these rows beside the batch-size ones
+    record_property("logprob_report", report.summary())
     if report.vacuous:  # the condition the property claims did not happen: never a pass
         pytest.fail(f"{prop}: {report.vacuous}\n{report.table()}", pytrace=False)
     outcome, why = judge(prop, report.equal, report.cases, "vllm", device.kind, dtype,

@@ -24,7 +24,8 @@ needs_torch = pytest.mark.skipif(
 #: ~8 min): each must start at once on its own worker, the short tests filling in around
 #: them, instead of one starting near the end and running alone (measured: 5 min of a
 #: 35-min CI) or both queued on one worker (9 min)
-LONGEST_FIRST = ("tests/test_suites_on_cpu.py::", "tests/test_vllm_engine.py::test_the_engine_rows")
+LONGEST_FIRST = ("tests/test_suites_on_cpu.py::", "tests/test_vllm_engine.py::test_the_engine_rows",
+                 "tests/test_vllm_engine.py::test_the_serving_rows")
 
 
 def pytest_collection_modifyitems(items: list) -> None:

@@ -244,6 +244,15 @@ def test_fork_guard_fails_instead_of_forking(pytester: pytest.Pytester,
     assert "not forked: CUDA is initialised" in by_option.stdout.str()
 
 
+#: pytest-forked 1.7.5 cannot carry pytest 9.2's reports (its fork marshals them, and 9.2
+#: added an unmarshallable field): every forked test "EXITED with status 3", which the
+#: plugin's probe turns into a named setup failure (test_broken_pytest_forked_fails_...)
+forked_works = pytest.mark.skipif(
+    tuple(int(x) for x in pytest.__version__.split(".")[:2]) >= (9, 2),
+    reason="pytest-forked cannot run a test under pytest >= 9.2 (README: Pinned installs)")
+
+
+@forked_works
 def test_forked_still_works_without_a_live_device(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
@@ -326,6 +335,7 @@ def test_no_forked_test_means_no_probe(pytester: pytest.Pytester,
     assert not log.exists()
 
 
+@forked_works
 def test_probe_runs_no_session_fixture_teardown(pytester: pytest.Pytester) -> None:
     """With the real pytest-forked (the pinned versions): the probe's fork sets up and tears
     down only itself. A session fixture's teardown runs once in the forked test's child (as

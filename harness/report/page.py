@@ -140,6 +140,17 @@ def _message(longrepr: str) -> str:
 def _logprob_diagnosis(report: Any) -> str:
     if not isinstance(report, dict):
         return str(report)
+    if "property" in report:  # a serving case (harness.logprobs.serving)
+        condition = report.get("condition") if isinstance(report.get("condition"), dict) \
+            else {}
+        lines = [f"source: {_field(report.get('source'))}",
+                 f"{_field(report.get('property'))}: {report.get('differ')} of "
+                 f"{report.get('cases')} comparisons differ; max ULP {report.get('max_ulp')}",
+                 "measured: " + ", ".join(f"{k} {_field(v)}" for k, v in condition.items())]
+        for key in ("first_divergent_op", "vacuous"):
+            if report.get(key):
+                lines.append(f"{key.replace('_', ' ')}: {_field(report.get(key))}")
+        return "\n".join(lines)
     lines = [f"source: {_field(report.get('source'))}",
              f"{report.get('mismatches')} of {report.get('cases')} cases differ from batch "
              f"size 1; batch sizes {report.get('batch_sizes_differing')}; phases "
