@@ -12,6 +12,7 @@ import pytest
 from harness import run_isolated
 from harness.isolation.run import SpawnLauncher, get_launcher, isolate
 from harness.isolation.server import ForkServerLauncher, ForkServerUnavailable
+from tests.conftest import needs_torch
 
 
 def pollute(module_dir: str) -> dict[str, object]:
@@ -42,6 +43,7 @@ def observe() -> dict[str, object]:
     }
 
 
+@needs_torch
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_next_case_sees_nothing_of_the_last(method: str, tmp_path: Path) -> None:
     (tmp_path / "polluting_module.py").write_text("VALUE = 1\n")
@@ -60,8 +62,10 @@ def test_forkserver_children_are_forked_from_one_server() -> None:
 
 
 @pytest.mark.parametrize("module, reason", [
-    ("tests.fake_cuda_initialised", "CUDA is initialised in the forkserver"),
-    ("tests.fake_npu_initialised", "the NPU is initialised in the forkserver"),
+    pytest.param("tests.fake_cuda_initialised", "CUDA is initialised in the forkserver",
+                 marks=needs_torch),
+    pytest.param("tests.fake_npu_initialised", "the NPU is initialised in the forkserver",
+                 marks=needs_torch),
     ("no_such_module_xyz", "preloading 'no_such_module_xyz' failed: ModuleNotFoundError"),
 ])
 def test_server_refuses_to_serve(module: str, reason: str) -> None:
@@ -71,6 +75,7 @@ def test_server_refuses_to_serve(module: str, reason: str) -> None:
     assert not server.alive()
 
 
+@needs_torch
 def test_auto_falls_back_to_spawn_with_one_warning(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
@@ -88,6 +93,7 @@ def test_auto_falls_back_to_spawn_with_one_warning(pytester: pytest.Pytester) ->
     assert out.count("forkserver unavailable, isolating with spawn instead: CUDA is initialised") == 1
 
 
+@needs_torch
 def test_explicit_forkserver_fails_with_the_reason(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """

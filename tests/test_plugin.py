@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import needs_torch
 from tests.process_checks import PYTEST_AT_A_TERMINAL, assert_gone
 
 
@@ -98,6 +99,7 @@ def test_child_output_is_a_report_section_and_property(pytester: pytest.Pytester
     assert '<property name="isolation" value="raised AssertionError"' in xml
 
 
+@needs_torch
 def test_markers_and_strict_markers(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
@@ -142,6 +144,7 @@ def test_npu_skip_names_the_missing_package(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*needs a real NPU: torch_npu is not installed*"])
 
 
+@needs_torch
 def test_header_names_device_and_versions(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest()

@@ -16,6 +16,7 @@ from harness.cli import main as cli
 from harness.report import history as hist
 from harness.report.compare import compare
 from harness.report.load import load_results
+from tests.conftest import needs_torch
 
 SUITE = Path(__file__).parent.parent / "suites" / "test_batch_invariant_switch.py"
 CANARY = """
@@ -44,6 +45,7 @@ def night(pytester: pytest.Pytester, runner: str, date: str, fail: bool,
     return out
 
 
+@needs_torch
 def test_two_nights_name_the_new_failure(pytester: pytest.Pytester, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(test_switch_copy=SUITE.read_text(), test_canary=CANARY)
@@ -296,6 +298,7 @@ def test_every_outcome_goes_through_the_writer(pytester: pytest.Pytester) -> Non
     assert run.tests["test_all.py::test_setup_error"].outcome == "error"
 
 
+@needs_torch
 def test_a_real_switch_run_carries_its_event_counts(pytester: pytest.Pytester) -> None:
     """The counts a real child counted reach the results file and the report's reader."""
     pytester.makepyfile(test_switch_copy=SUITE.read_text())

@@ -8,6 +8,7 @@ import pytest
 import harness
 from harness.isolation.result import ChildTimeout, IsolatedResult
 from harness.stack import dispatch
+from tests.conftest import needs_torch
 
 
 def _mm() -> float:
@@ -17,6 +18,7 @@ def _mm() -> float:
     return float(torch.mm(a, a).sum())
 
 
+@needs_torch
 def test_the_default_recorder_needs_no_warm_up_and_is_named() -> None:
     import torch
 
@@ -28,6 +30,7 @@ def test_the_default_recorder_needs_no_warm_up_and_is_named() -> None:
     assert res.events == {"aten::mm": 1} and res.recorder == "record-function"
 
 
+@needs_torch
 def test_kineto_counts_the_same_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(dispatch.RECORDER_ENV, "kineto")
     res = harness.run_isolated(_mm, events=["aten::mm"])
