@@ -23,6 +23,7 @@ import importlib
 import os
 import pickle
 import sys
+import types
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +95,7 @@ def plan(items: Sequence[pytest.Item], isolated: Any, config: Any, *,
         path = getattr(item.module, "__file__", None)
         if path:  # a test module's asserts are rewritten (its doctests' import is not)
             tests[item.module.__name__] = (str(path), True)
+            torch = torch or _imports_torch(item.module)
     if not selected and not always:
         return None
     found = Plan(torch=torch)
@@ -105,6 +107,17 @@ def plan(items: Sequence[pytest.Item], isolated: Any, config: Any, *,
         found.modules.append(
             (name, path, whole_test_child.module_code(path, config) if rewritten else None))
     return found
+
+
+def _imports_torch(module: Any) -> bool:
+    """Whether a test module holds torch (``import torch``, ``from torch import nn``): the
+    server then imports torch before it (its threads are the baseline, as for
+    ``run_on_npu`` checks). Before: torch 2.13 starts a native thread at import, so the
+    test module's warm-up was refused and every child imported torch itself, 1061 ms a
+    test (bench/pytest_overhead.py; 24 ms when it was preloaded)."""
+    return any(isinstance(value, types.ModuleType)
+               and getattr(value, "__name__", "").partition(".")[0] == "torch"
+               for value in list(vars(module).values()))
 
 
 def _tasks() -> int:
