@@ -79,3 +79,14 @@ def test_a_fixture_the_child_cannot_build_is_a_named_harness_gap(
     with pytest.raises(pytest_private.PrivateDrift,
                        match=r"cannot build `capsys` in the isolated child on pytest"):
         pytest_private.capture_fixture("capsys")
+
+
+def test_a_test_module_that_imports_torch_gets_torch_preloaded() -> None:
+    """Before: torch 2.13 starts a native thread at import, so the warm-up of such a module
+    was refused and each isolated test imported torch itself (1061 ms a test)."""
+    from harness.plugin.preload import _imports_torch
+
+    torch = pytest.importorskip("torch")
+    assert _imports_torch(types.SimpleNamespace(torch=torch, x=1))
+    assert _imports_torch(types.SimpleNamespace(nn=torch.nn))
+    assert not _imports_torch(types.SimpleNamespace(os=ast, x=1))
