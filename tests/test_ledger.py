@@ -42,7 +42,8 @@ def test_a_bad_ledger_is_named(tmp_path: Path) -> None:
         verdicts.load_ledger(bad)
 
 
-def _ledger(tmp_path: Path, nodeid: str, dist: str = "pytest") -> Path:
+def _ledger(tmp_path: Path, nodeid: str, dist: str = "pytest",
+            match: str | list[str] = "the known symptom") -> Path:
     path = tmp_path / "ledger.toml"
     path.write_text(textwrap.dedent(f"""\
         [[finding]]
@@ -51,7 +52,7 @@ def _ledger(tmp_path: Path, nodeid: str, dist: str = "pytest") -> Path:
         distribution = "{dist}"
         affected = ">=1"
         cases = ["{nodeid}"]
-        match = "the known symptom"
+        match = {json.dumps(match)}
         evidence = "seen in a demo"
         fix = "demo PR #1"
         """))
@@ -228,21 +229,6 @@ def test_a_finding_can_need_a_partner_release() -> None:
     assert "vllm <0.24" in finding.reason("0.9.1")
 
 
-def _listed_ledger(tmp_path: Path, nodeid: str, match: list[str]) -> Path:
-    path = tmp_path / "ledger.toml"
-    path.write_text(textwrap.dedent(f"""\
-        [[finding]]
-        id = "demo"
-        title = "a demo finding"
-        distribution = "pytest"
-        affected = ">=1"
-        cases = ["{nodeid}"]
-        match = {json.dumps(match)}
-        evidence = "seen in a demo"
-        """))
-    return path
-
-
 KNOWN_LINES = ["`sum(x, 0)` raised EZ1001", "`sum(x, dtype=f32)` raised TypeError"]
 
 
@@ -267,7 +253,7 @@ def test_a_ledger_entry_never_hides_a_new_failure_line(
             assert not problems, "\\n- ".join(["sum with the switch on:", *problems])
         """)
     monkeypatch.setenv(verdicts.LEDGER_ENV,
-                       str(_listed_ledger(tmp_path, "test_demo.py::test_it", KNOWN_LINES)))
+                       str(_ledger(tmp_path, "test_demo.py::test_it", match=KNOWN_LINES)))
     results = tmp_path / "r.jsonl"
     run = pytester.runpytest_subprocess(f"--harness-results={results}", "-rxf")
     (record,) = [r for r in map(json.loads, results.read_text().splitlines())

@@ -49,10 +49,13 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
 
 
-def _engine_rows(python: Path, folder: Path) -> tuple[dict[str, dict], str]:
+def _engine_rows(python: Path, folder: Path, suite: str = SUITE,
+                 select: tuple[str, ...] = ("-k", "vllm")) -> tuple[dict[str, dict], str]:
+    """One inner pytest run of ``suite`` in the engine venv: its test records by parameter
+    id, and the end of its output."""
     results = folder / "results.jsonl"
     proc = subprocess.run(
-        [str(python), "-m", "pytest", SUITE, "-k", "vllm", "-n", "0", "-p", "no:cacheprovider",
+        [str(python), "-m", "pytest", suite, *select, "-n", "0", "-p", "no:cacheprovider",
          "-q", "--device", "cpu", f"--harness-results={results}"],
         cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": str(THREADS)}, capture_output=True,
         text=True, timeout=1200, check=False)
@@ -176,16 +179,7 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     seeded into the engine (silu computed by the step's row count) is caught by the
     concurrent case and named by op."""
     python = _engine_python()
-    results = tmp_path / "serving.jsonl"
-    proc = subprocess.run(
-        [str(python), "-m", "pytest", SERVING, "-n", "0", "-p", "no:cacheprovider", "-q",
-         "--device", "cpu", f"--harness-results={results}"],
-        cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": str(THREADS)}, capture_output=True,
-        text=True, timeout=1200, check=False)
-    tail = proc.stdout[-6000:] + proc.stderr[-2000:]
-    records = [json.loads(line) for line in results.read_text().splitlines()] \
-        if results.exists() else []
-    tests = {r["id"].split("[", 1)[1].rstrip("]"): r for r in records if r["type"] == "test"}
+    tests, tail = _engine_rows(python, tmp_path, SERVING, ())
     assert len(tests) == 16, tail
     assert {k for k, r in tests.items() if r["outcome"] in ("failed", "error")} == set(), tail
     for key, record in tests.items():

@@ -308,30 +308,23 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
         first, second = (alone, loaded) if prop == "concurrent" else (loaded, loaded)
     elif prop == "prefix-cache":
         prefix = torch.randint(3, vocab, (PREFIX_LEN,), generator=gen).tolist()
-        suffix = probe[:16]
-        cold_probe = prefix + suffix
-        llm.reset_prefix_cache()
-        ref = serve(llm, params, cold_probe, [])  # cold: nothing cached yet
-        llm.reset_prefix_cache()
-        warm = Arrival(0, tuple(prefix + probe[16:32]), 2)  # shares the prefix only
-        if knobs.get("clear_cache"):
-            serve(llm, params, list(warm.prompt), [], probe_steps=2)
+        cold_probe = prefix + probe[:16]
+        warm = prefix + probe[16:32]  # an earlier request that shares the prefix only
+
+        def first() -> Served:  # cold: nothing cached
             llm.reset_prefix_cache()
-            got = serve(llm, params, cold_probe, [])
-        else:
-            serve(llm, params, list(warm.prompt), [], probe_steps=2)
-            got = serve(llm, params, cold_probe, [])
+            return serve(llm, params, cold_probe, [])
+
+        def second() -> Served:  # hot: the warm request's prefix blocks are cached
+            llm.reset_prefix_cache()
+            serve(llm, params, warm, [], probe_steps=2)
+            if knobs.get("clear_cache"):  # the negative control: nothing left to hit
+                llm.reset_prefix_cache()
+            return serve(llm, params, cold_probe, [])
+
+        ref, got = first(), second()
         report.compare("prefix cache hot vs cold", ref, got)
         require(report, got, prop)
-
-        def first() -> Served:
-            llm.reset_prefix_cache()
-            return serve(llm, params, cold_probe, [])
-
-        def second() -> Served:
-            llm.reset_prefix_cache()
-            serve(llm, params, list(warm.prompt), [], probe_steps=2)
-            return serve(llm, params, cold_probe, [])
     else:  # preemption: the load takes the small KV cache from under the probe
         # two 120-token prompts that decode past their first 128-token block while the
         # probe holds the last free one (4 blocks, one the pool keeps): the scheduler

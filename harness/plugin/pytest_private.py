@@ -22,7 +22,6 @@ import contextlib
 import importlib
 import inspect
 import io
-import os
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -337,11 +336,6 @@ def fresh_setup_state() -> Any:
         return cls() if cls is not None else None
     except TypeError:
         return None
-
-
-def environ_ci() -> bool:
-    """Whether pytest thinks it runs on CI (it then never truncates an explanation)."""
-    return bool(os.environ.get("CI") or os.environ.get("BUILD_NUMBER"))
 
 
 USES: tuple[PrivateUse, ...] = (
