@@ -28,7 +28,25 @@ def _seeded_case(which: str) -> dict[str, object]:
         src, invariant = released(*args, **kwargs)
         lib = torch.library.Library("aten", "IMPL")
         keep.append(lib)
-        if which == "log_softmax":  # 1 ULP lower from 16 rows on
+        if which == "log_softmax-python":  # an extra op from 16 rows on, above aten
+            log_softmax = torch.log_softmax
+
+            def wrapped(x, *args, **kwargs):  # type: ignore[no-untyped-def]
+                out = log_softmax(x, *args, **kwargs)
+                if x.shape[0] >= 16:
+                    out = torch.nextafter(out, torch.full_like(out, -math.inf))
+                return out
+            torch.log_softmax = wrapped
+        elif which == "matmul-python":  # the product in two halves from 4 rows on
+            matmul = torch.Tensor.__matmul__
+
+            def split(a, b):  # type: ignore[no-untyped-def]
+                if a.dim() == 2 and a.shape[0] >= 4:
+                    h = a.shape[1] // 2
+                    return matmul(a[:, :h], b[:h]) + matmul(a[:, h:], b[h:])
+                return matmul(a, b)
+            torch.Tensor.__matmul__ = split
+        elif which == "log_softmax":  # 1 ULP lower from 16 rows on
             def log_softmax(x, dim, half_to_float):  # type: ignore[no-untyped-def]
                 out = ref._log_softmax_impl(x, dim)
                 if x.shape[0] >= 16:
@@ -63,6 +81,54 @@ def test_a_seeded_log_softmax_is_named_as_the_first_divergent_op() -> None:
     assert "first divergent op: aten::_log_softmax.default" in got["table"]
     # the old diagnosis could only list what ran outside the switch's set
     assert "aten::_log_softmax" not in got["summary"]["outside_invariant_set"]
+
+
+def test_an_op_that_runs_only_in_the_batch_pass_is_named() -> None:
+    """Issue 43 item 7: a path that only the batch takes. log_softmax wrapped above aten so
+    that 16 rows or more get one more op: every op of the alone run is in the batch pass
+    bit for bit (the old answer: "none found"); the extra op is named, with where it sits."""
+    got = run_isolated(_seeded_case, "log_softmax-python", method="forkserver").value
+    div = got["divergence"]
+    assert div["op"] == "aten::nextafter.default", got["table"]
+    assert div["index"] == -1 and div["only_in_batch_count"] == 1, div
+    assert div["only_in_batch_after"].startswith("aten::_log_softmax.default #"), div
+    assert div["batch_size"] == 16
+    assert "ran only in the batch pass (aten::nextafter.default #" in got["table"]
+    assert "every op of the alone run" in got["table"]
+
+
+def test_an_extra_path_is_named_not_its_consumer() -> None:
+    """The product split in two halves and added from 4 rows on, above aten: the alone
+    run's product has no counterpart and its consumer differs (the old answer named the
+    consumer, aten::mul.Tensor); now the ops only the batch ran, the consumer beside them."""
+    got = run_isolated(_seeded_case, "matmul-python", method="forkserver").value
+    div = got["divergence"]
+    assert div["batch_size"] == 4, got["table"]
+    assert div["op"] == "aten::matmul.default", got["table"]
+    assert any(x.startswith("aten::add.Tensor #") for x in div["only_in_batch"]), div
+    assert div["read_by"], div
+    assert "ran only in the batch pass" in got["table"]
+
+
+def _unrelated_extra_op() -> object:
+    """Child: the batch pass runs an op the alone pass does not, on rows that are not the
+    probe's data (another request's sampling): not a cause, nothing is named."""
+    gen = torch.Generator().manual_seed(0)
+    w, rows = torch.randn(64, 32, generator=gen), torch.randn(8, 64, generator=gen)
+    noise = torch.randn(7, 32, generator=gen)
+
+    def layer(x: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(torch.relu(x @ w), dim=-1)
+
+    def batch() -> None:
+        layer(rows[:1])
+        torch.exp(noise)  # (the others' sampling: the probe's data never reaches it)
+
+    return locate(lambda: layer(rows[:1]), batch)
+
+
+def test_an_extra_op_off_the_probes_data_is_not_named() -> None:
+    assert run_isolated(_unrelated_extra_op, method="forkserver").value is None
 
 
 def test_a_seeded_matmul_is_named_as_the_first_divergent_op() -> None:
@@ -122,10 +188,12 @@ def _chunked(nudge_row: int | None, logits_too: bool = True
         logits(torch.sin(probe[:32].clone())[-1:])
         logits(torch.sin(probe[32:].clone())[-1:])
 
+    nudged = probe.clone()  # (outside the recorder: an op there is a path of its own)
+    if nudge_row is not None:
+        nudged[nudge_row] = torch.nextafter(nudged[nudge_row], torch.tensor(math.inf))
+
     def batch() -> None:
-        rows = probe.clone()
-        if nudge_row is not None:
-            rows[nudge_row] = torch.nextafter(rows[nudge_row], torch.tensor(math.inf))
+        rows = nudged
         first = torch.sin(torch.cat([other, rows[:10]]))
         logits(first[[21, 31]])
         second = torch.sin(torch.cat([rows[10:], other[:3]]))

