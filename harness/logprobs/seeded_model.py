@@ -131,3 +131,47 @@ def build(config: dict[str, Any] | None = None, seed: int = 0, std: float = 0.02
         except OSError:  # another process renamed its copy first
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+#: the LoRA adapters' target modules and rank (small, as a serving test's adapters are)
+LORA_TARGETS = ("q_proj", "v_proj", "down_proj")
+LORA_RANK = 8
+
+
+def build_lora(model: Path, seed: int, scale: float = 0.05) -> Path:
+    """A LoRA adapter of the seeded model in PEFT's layout (``adapter_config.json``,
+    ``adapter_model.safetensors``), beside the model in the cache: A and B both drawn from
+    ``seed`` (PEFT starts B at zero, an adapter that changes nothing; a served adapter must
+    change the logprobs, which the LoRA case checks)."""
+    import torch
+    from safetensors.torch import save_file
+
+    cfg = json.loads((model / "config.json").read_text())
+    folder = model.parent / f"{model.name}-lora{seed}"
+    if (folder / "adapter_model.safetensors").exists():
+        return folder
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    hidden, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    kv = cfg["num_key_value_heads"] * (hidden // cfg["num_attention_heads"])
+    shapes = {"q_proj": (hidden, hidden), "v_proj": (kv, hidden), "down_proj": (hidden, inter)}
+    tensors = {}
+    for i in range(cfg["num_hidden_layers"]):
+        for name in LORA_TARGETS:
+            out, inp = shapes[name]
+            where = "self_attn" if name != "down_proj" else "mlp"
+            key = f"base_model.model.model.layers.{i}.{where}.{name}"
+            tensors[f"{key}.lora_A.weight"] = torch.randn(LORA_RANK, inp, generator=gen) * scale
+            tensors[f"{key}.lora_B.weight"] = torch.randn(out, LORA_RANK, generator=gen) * scale
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=model.parent))
+    save_file(tensors, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
+    (tmp / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": LORA_RANK,
+        "lora_alpha": 2 * LORA_RANK, "lora_dropout": 0.0, "bias": "none",
+        "target_modules": list(LORA_TARGETS), "base_model_name_or_path": str(model)},
+        indent=1))
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        tmp.rename(folder)
+    except OSError:  # another process renamed its copy first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder

@@ -32,7 +32,9 @@ import torch
 
 from harness.logprobs.bits import compare_bits
 
-PROPERTIES = ("concurrent", "repeat-under-load", "prefix-cache", "preemption")
+PROPERTIES = ("concurrent", "repeat-under-load", "prefix-cache", "preemption", "lora-mix")
+#: lora-mix: two seeded adapters (ids 1 and 2) beside the base model (0)
+LORA_IDS = (1, 2)
 #: the probe must run beside at least this many other requests in one step
 MIN_OTHERS = 3
 PROBE_LEN, PROBE_STEPS, PROBE_ARRIVAL = 64, 16, 2
@@ -52,6 +54,8 @@ class Arrival:
     temperature: float = 0.0
     seed: int | None = None
     logprobs: int | None = None
+    #: the LoRA adapter it asks for (0: the base model)
+    lora: int = 0
 
 
 def load(vocab: int, seed: int = 7, *, scale: int = 1) -> list[Arrival]:
@@ -85,6 +89,8 @@ class Served:
     cached_tokens: int = 0
     preemptions: int = 0
     steps: int = 0
+    #: the adapters (0: the base model) of the requests running beside the probe
+    loras_beside: set[int] = field(default_factory=set)
     #: the probe's prompt logprobs (of its own prompt tokens) where it asked for them, the
     #: last positions of the prompt: a request that read the cache gets none for the
     #: positions it read
@@ -95,7 +101,8 @@ class Served:
     def stats(self) -> dict[str, Any]:
         return {"max_beside": max(self.beside, default=0), "probe_steps": len(self.beside),
                 "joined": self.joined, "left": self.left, "cached_tokens": self.cached_tokens,
-                "preemptions": self.preemptions, "engine_steps": self.steps}
+                "preemptions": self.preemptions, "engine_steps": self.steps,
+                "loras_beside": sorted(self.loras_beside)}
 
 
 def _is(request_id: str, name: str) -> bool:
@@ -116,11 +123,15 @@ def scheduler_of(llm: Any) -> Any:
 def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
           others: list[Arrival], *, probe_arrival: int = PROBE_ARRIVAL,
           probe_steps: int = PROBE_STEPS, probe_extra: dict[str, Any] | None = None,
-          probe_first: bool = False) -> Served:
+          probe_first: bool = False, probe_lora: int = 0,
+          loras: dict[int, Any] | None = None) -> Served:
     """Serve ``probe`` (added before step ``probe_arrival``) with ``others`` arriving as
     they say; engine steps until every request finished. ``probe_extra``: more sampling
     parameters of the probe (``prompt_logprobs``, ``skip_reading_prefix_cache``);
-    ``probe_first``: added before the others of its step (else after them)."""
+    ``probe_first``: added before the others of its step (else after them);
+    ``loras``: the ``LoRARequest`` of each adapter id that the probe (``probe_lora``) or
+    an arrival asks for."""
+    loras = loras or {}
     engine = llm.llm_engine
     scheduler = scheduler_of(llm)
     pending = sorted(((a.step, f"load{i}", a) for i, a in enumerate(others)),
@@ -132,6 +143,7 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
     result: Any = None
     beside: list[int] = []
     seen_with_probe: set[str] = set()
+    loras_beside: set[int] = set()
     first_seen: dict[str, int] = {}
     finished_at: dict[str, int] = {}
     probe_first = probe_last = -1
@@ -141,13 +153,15 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
         while pending and pending[0][0] <= step:
             _, rid, arrival = pending.pop(0)
             if arrival is None:
-                engine.add_request(rid, {"prompt_token_ids": list(probe)}, probe_params)
+                engine.add_request(rid, {"prompt_token_ids": list(probe)}, probe_params,
+                                   lora_request=loras.get(probe_lora))
             else:
                 engine.add_request(rid, {"prompt_token_ids": list(arrival.prompt)},
                                    params_cls(max_tokens=arrival.max_tokens,
                                               temperature=arrival.temperature,
                                               seed=arrival.seed, logprobs=arrival.logprobs,
-                                              ignore_eos=True))
+                                              ignore_eos=True),
+                                   lora_request=loras.get(arrival.lora))
         if not engine.has_unfinished_requests():
             step += 1
             continue
@@ -161,6 +175,8 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
                 probe_first = step
             probe_last = step
             others_now = [rid for rid in running if not _is(rid, "probe")]
+            loras_beside.update(_lora_id(r) for r in scheduler.running
+                                if not _is(r.request_id, "probe"))
             beside.append(len(others_now))
             seen_with_probe.update(others_now)
         for req in getattr(scheduler, "requests", {}).values():
@@ -186,7 +202,12 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
     cached = int(result.num_cached_tokens or 0)
     prompt_logprobs, foreign = _prompt_logprobs(list(probe), result.prompt_logprobs, cached)
     return Served(list(sample.token_ids), logprobs, beside, joined, left, cached,
-                  preemptions, step, prompt_logprobs, foreign)
+                  preemptions, step, loras_beside, prompt_logprobs, foreign)
+
+
+def _lora_id(request: Any) -> int:
+    lora = getattr(request, "lora_request", None)
+    return int(lora.lora_int_id) if lora is not None else 0
 
 
 def _prompt_logprobs(prompt: list[int], entries: Any, cached: int
@@ -293,6 +314,15 @@ def require(report: ServingReport, served: Served, prop: str) -> None:
                           "num_cached_tokens is 0)")
     elif prop == "preemption" and stats["preemptions"] <= 0:
         report.vacuous = "vacuous: the probe was never preempted (num_preemptions 0)"
+    elif prop == "lora-mix":
+        missing = [f"adapter {i}" if i else "the base model" for i in (0, *LORA_IDS)
+                   if i != report.condition.get("probe_lora") and i not in served.loras_beside]
+        if stats["max_beside"] < MIN_OTHERS:
+            missing.append(f"at least {MIN_OTHERS} requests in one step (ran beside at most "
+                           f"{stats['max_beside']})")
+        if missing:
+            report.vacuous = ("vacuous: the probe's steps did not mix the adapters as the "
+                              "property claims: no " + ", ".join(missing) + " beside it")
 
 
 def _engine(prop: str, enabled: bool, dtype: str, knobs: dict[str, Any]) -> Any:
@@ -301,7 +331,7 @@ def _engine(prop: str, enabled: bool, dtype: str, knobs: dict[str, Any]) -> Any:
     ``PREEMPT_BLOCKS`` blocks for ``preemption`` (``knobs`` override either)."""
     import os
 
-    from harness.logprobs import vllm_source
+    from harness.logprobs import seeded_model, vllm_source
     from harness.stack import devices
 
     os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
@@ -310,6 +340,9 @@ def _engine(prop: str, enabled: bool, dtype: str, knobs: dict[str, Any]) -> Any:
     engine: dict[str, Any] = {}
     if prop == "prefix-cache":
         engine["enable_prefix_caching"] = True
+    if prop == "lora-mix":
+        engine.update(enable_lora=True, max_loras=len(LORA_IDS),
+                      max_lora_rank=seeded_model.LORA_RANK)
     if prop == "preemption":
         engine["num_gpu_blocks_override"] = PREEMPT_BLOCKS
         engine["max_model_len"] = PREEMPT_BLOCKS * 64  # the cache must hold one request
@@ -373,6 +406,8 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
         report.compare("prefix cache hot vs cold", ref, got)
         require(report, got, prop)
         _prompt_orders(report, llm, params, cold_probe, warm, knobs)
+    elif prop == "lora-mix":
+        first, second = _lora_mix(report, src, probe, vocab, knobs)
     else:  # preemption: the load takes the small KV cache from under the probe
         # two 120-token prompts that decode past their first 128-token block while the
         # probe holds the last free one (4 blocks, one the pool keeps): the scheduler
@@ -387,6 +422,44 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
     if report.mismatches and not report.vacuous:
         _diagnose(report, first, second)
     return report
+
+
+def _lora_mix(report: ServingReport, src: Any, probe: list[int], vocab: int,
+              knobs: dict[str, Any]) -> tuple[Callable[[], Served], Callable[[], Served]]:
+    """lora-mix (vllm-ascend #12610): the probe on adapter 1, alone vs beside the load, its
+    requests on the base model and adapters 1 and 2 in turn. The adapter must change the
+    probe's logprobs (else it was not applied: vacuous), and its steps must hold the base
+    model and the other adapter. ``knobs["lora_every"]``: the load's adapters cycle
+    (default (0, 1, 2); (0,) the negative control: no adapter beside the probe)."""
+    from vllm.lora.request import LoRARequest
+
+    from harness.logprobs import seeded_model
+
+    loras = {i: LoRARequest(f"seeded-{i}", i, str(seeded_model.build_lora(src.model_dir, i)))
+             for i in LORA_IDS}
+    cycle = tuple(knobs.get("lora_every", (0, *LORA_IDS)))
+    others = [Arrival(a.step, a.prompt, a.max_tokens, a.temperature, a.seed, a.logprobs,
+                      cycle[i % len(cycle)])
+              for i, a in enumerate(load(vocab, scale=int(knobs.get("scale", 1))))]
+    probe_lora = int(knobs.get("probe_lora", LORA_IDS[0]))
+    report.condition["probe_lora"] = probe_lora
+
+    def alone() -> Served:
+        return serve(src.llm, src._params, probe, [], probe_lora=probe_lora, loras=loras)
+
+    def mixed() -> Served:
+        return serve(src.llm, src._params, probe, others, probe_lora=probe_lora, loras=loras)
+
+    ref, got = alone(), mixed()
+    report.compare(f"adapter {probe_lora}: alone vs in the mix", ref, got)
+    base = serve(src.llm, src._params, probe, [], loras=loras)
+    require(report, got, "lora-mix")
+    applied = base.tokens != ref.tokens or compare_bits(base.logprobs, ref.logprobs)
+    report.condition["adapter_changes_logprobs"] = bool(applied)
+    if not applied and not report.vacuous:
+        report.vacuous = (f"vacuous: adapter {probe_lora} gives the base model's logprobs bit "
+                          "for bit (it was not applied)")
+    return alone, mixed
 
 
 #: the probe's prompt logprobs: its own tokens' (0 more), as vLLM's default leaves them
