@@ -7,8 +7,13 @@ isolated process and lets the engine's scheduler decide:
   others join and leave during its decode;
 - ``repeat-under-load``: the same load three times, the same bits for the probe;
 - ``prefix-cache``: the probe with its 128-token prefix cached by an earlier request vs
-  computed cold;
-- ``preemption``: the probe preempted (a 4-block KV cache) and recomputed vs not.
+  computed cold, and its prompt logprobs after that request vs first and in either order
+  within one step;
+- ``preemption``: the probe preempted (a 4-block KV cache) and recomputed vs not;
+- ``lora-mix``: the probe on a seeded LoRA adapter alone vs beside requests for the base
+  model and two adapters;
+- ``test_logprob_serving_http``: the concurrent case through ``vllm serve`` and 12
+  concurrent HTTP clients.
 
 Each case proves its condition from the scheduler (co-resident requests, joins and leaves,
 cached tokens, preemptions), else it fails as vacuous, never passes. Switch off: the
