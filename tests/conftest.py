@@ -28,13 +28,29 @@ LONGEST_FIRST = ("tests/test_suites_on_cpu.py::", "tests/test_vllm_engine.py::te
                  "tests/test_vllm_engine.py::test_the_serving_rows")
 
 
+#: the modules whose tests run whole suites, engines, servers or third-party test suites
+#: in inner pytest runs (marked ``e2e``): ``pytest tests -m "not e2e"`` is the fast loop,
+#: ``.ci/run`` runs everything
+E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_peers.py",
+       "tests/test_ci.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: runs whole suites, engines or third-party test "
+                                       "suites in inner runs (minutes); -m 'not e2e' leaves "
+                                       "them out")
+
+
 def pytest_collection_modifyitems(items: list) -> None:
-    """Put the k-th longest test at the head of the k-th worker's first chunk: xdist's load
+    """Mark the ``E2E`` modules' tests ``e2e``. Put the k-th longest test at the head of the k-th worker's first chunk: xdist's load
     scheduler hands each worker a run of len(items) // workers // 4 consecutive items
     first (``xdist.scheduler.load.LoadScheduling.schedule``). Timing only: any order runs
     the same tests."""
     import os
 
+    for item in items:
+        if item.nodeid.startswith(E2E):
+            item.add_marker(pytest.mark.e2e)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     longest = [item for item in items if item.nodeid.startswith(LONGEST_FIRST)]
     rest = [item for item in items if not item.nodeid.startswith(LONGEST_FIRST)]
