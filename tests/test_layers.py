@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "harness"
 #: package -> rank: lower ranks may import higher ones, never the reverse
 RANKS = {"": 0, "plugin": 1, "invariance": 2, "logprobs": 2, "hardware": 2, "patches": 2,
+         "collectives": 2,
          "isolation": 3, "stack": 4}
 REPORT = "report"
 #: top-level modules besides the layer packages

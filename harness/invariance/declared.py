@@ -34,6 +34,9 @@ class Override:
     name: str
     value: Any
     source: str
+    #: the collective library an env setting is for (hccl, lccl, nccl, custom-allreduce),
+    #: "" for none: the collectives family runs its ranks with exactly these
+    collective: str = ""
 
     def shown(self) -> str:
         if self.kind == "deterministic":
@@ -91,7 +94,7 @@ def load(target: str, version: str | None, path: Path = DATA) -> Declared:
                 raise ValueError(f"{path}: override {entry['name']!r} has kind "
                                  f"{entry['kind']!r}; use one of {', '.join(KINDS)}")
             found.overrides.append(Override(entry["kind"], entry["name"], entry["value"],
-                                            entry["source"]))
+                                            entry["source"], entry.get("collective", "")))
     return found
 
 

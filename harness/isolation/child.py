@@ -52,7 +52,7 @@ def _libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask the kernel to SIGKILL us if the parent dies (Linux), so a killed pytest leaks nothing."""
     with contextlib.suppress(OSError, AttributeError):
         _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -272,7 +272,7 @@ def exit_for_disk_error(exc: OSError) -> None:
 
 def _main(workdir: str) -> None:
     wd = Path(workdir)
-    _die_with_parent()
+    die_with_parent()
     become_subreaper()
     keep = _arm_faulthandler(wd)  # noqa: F841 - the files must stay open
     with contextlib.suppress(AttributeError, ValueError):

@@ -156,9 +156,9 @@ def _spare(read_fd: int, closing: list[Any]) -> None:
         for obj in closing:
             with contextlib.suppress(OSError):
                 obj.close() if hasattr(obj, "close") else os.close(obj)
-        from harness.isolation.child import _die_with_parent
+        from harness.isolation.child import die_with_parent
 
-        _die_with_parent()
+        die_with_parent()
         data = b""
         while chunk := os.read(read_fd, 65536):
             data += chunk

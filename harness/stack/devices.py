@@ -228,6 +228,19 @@ def device() -> Any:
     return torch.device("cpu") if kind == "cpu" else torch.device(kind, 0)
 
 
+def device_count(kind: str) -> int:
+    """How many devices of ``kind`` this process sees (1 on CPU). Under pytest-xdist each
+    worker's children see one device (``pinning_env``)."""
+    if kind == "cpu":
+        return 1
+    import torch
+
+    if kind == "npu":
+        import torch_npu  # noqa: F401 - adds torch.npu
+
+    return int(getattr(torch, kind).device_count())
+
+
 def device_kind() -> str:
     """``npu``, ``cuda`` or ``cpu``: the kind the session gave this child."""
     return os.environ.get(DEVICE_ENV, "cpu")

@@ -1,0 +1,147 @@
+"""What a collectives check measures on each rank, and the parent's reading of it.
+
+On every rank, per dtype and message size: the collective's result at the probe rows, twice
+(``repeat``), and each probe row's result when it is the message's only row (``alone``). The
+parent then reads:
+
+- ``repeat``: the same message gives the same bits run after run;
+- ``sizes``: a row's result is the same whether the message holds 1 row or up to 512 (the
+  collective's own batch invariance), first, middle and last row;
+- ``ranks``: every rank holds the same result of an all-reduce;
+- ``exact``: an all-gather returns every rank's rows bit for bit;
+- ``order``: whether these inputs can show summation order on this many ranks at all; if
+  not, a sizes result proves nothing (vacuous, never a pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.collectives import inputs, ops
+
+
+def measure(rank: int, world: int, collective: str, dtypes: tuple[str, ...],
+            sizes: tuple[int, ...], seed: int = 0) -> dict[str, Any]:
+    """Rank side (``ranks.run_ranks`` body)."""
+    fn = ops.get(collective)
+    blocks = world if collective == "reduce_scatter" else 1
+    out: dict[str, Any] = {}
+    for dtype in dtypes:
+        table = inputs.table(rank, blocks, dtype, seed)
+        rows = lambda i, b, t=table: t[b, i]  # noqa: E731
+        by_size: dict[int, dict[str, Any]] = {}
+        alone: dict[int, torch.Tensor] = {}
+        for n in sizes:
+            first = fn(rows, n, rank, world)
+            second = fn(rows, n, rank, world)
+            by_size[n] = {"rows": first,
+                          "repeat": [p for p in first if not _same(first[p], second[p])]}
+            for p in first:
+                if p not in alone:
+                    shifted = lambda i, b, t=table, p=p: t[b, p + i]  # noqa: E731
+                    alone[p] = fn(shifted, 1, rank, world)[0]
+        out[dtype] = {"sizes": by_size, "alone": alone}
+    return out
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
+    a32, b32 = a.float(), b.float()
+    differ = (a32 != b32) & ~(a32.isnan() & b32.isnan())
+    return (f"{int(differ.sum())} of {a.numel()} elements, max |diff| "
+            f"{float((a32 - b32).abs()[differ].max()) if differ.any() else 0.0:.3g}")
+
+
+@dataclass
+class Mismatch:
+    """One difference: which property, where, and how much."""
+
+    prop: str
+    dtype: str
+    size: int
+    row: int
+    detail: str
+    rank: int = 0
+
+    def sentence(self, collective: str) -> str:
+        where = f"{collective} {self.dtype}, a {self.size}-row message, row {self.row}"
+        if self.prop == "sizes":
+            return f"{where}: differs from the row alone in a 1-row message ({self.detail})"
+        if self.prop == "repeat":
+            return f"{where}: differs between two runs of the same message"
+        if self.prop == "ranks":
+            return f"{where}: rank {self.rank} holds other bits than rank 0 ({self.detail})"
+        return f"{where}: rank {self.rank}'s gathered row is not its input ({self.detail})"
+
+
+@dataclass
+class Reading:
+    """The parent's reading of one collective on all ranks."""
+
+    collective: str
+    world: int
+    sizes: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    mismatches: list[Mismatch] = field(default_factory=list)
+    #: dtype -> whether the inputs can show summation order on this many ranks
+    order_shows: dict[str, bool] = field(default_factory=dict)
+
+    def of(self, prop: str, dtype: str | None = None) -> list[Mismatch]:
+        return [m for m in self.mismatches
+                if m.prop == prop and (dtype is None or m.dtype == dtype)]
+
+    def sizes_differing(self, dtype: str) -> list[int]:
+        return sorted({m.size for m in self.of("sizes", dtype)})
+
+    def row(self, dtype: str) -> str:
+        """One line of the measured table."""
+        differ = self.sizes_differing(dtype)
+        tried = len([n for n in self.sizes if n > 1])
+        return (f"{self.collective} {dtype} x{self.world}: sizes {len(differ)} of {tried} "
+                f"differ{' (' + ', '.join(map(str, differ)) + ' rows)' if differ else ''}; "
+                f"repeat {'differs' if self.of('repeat', dtype) else 'equal'}")
+
+
+def read(collective: str, world: int, values: list[dict[str, Any]], sizes: tuple[int, ...],
+         dtypes: tuple[str, ...], seed: int = 0) -> Reading:
+    """Parent side: every rank's ``measure`` values, read into mismatches."""
+    reading = Reading(collective, world, sizes, dtypes)
+    reducing = collective in ops.REDUCING
+    for dtype in dtypes:
+        reading.order_shows[dtype] = reducing and inputs.order_shows(world, dtype, seed)
+        first = values[0][dtype]
+        for n in sizes:
+            got = first["sizes"][n]
+            for p in got["repeat"]:
+                reading.mismatches.append(Mismatch("repeat", dtype, n, p, ""))
+            for p, row in got["rows"].items():
+                alone = first["alone"][p]
+                if not _same(row, alone):
+                    reading.mismatches.append(Mismatch("sizes", dtype, n, p, _diff(row, alone)))
+            if collective == "all_gather":
+                reading.mismatches.extend(_gather_exact(got["rows"], world, dtype, n, seed))
+            elif collective != "reduce_scatter":  # each rank holds its own shard there
+                for rank, other in enumerate(values[1:], start=1):
+                    for p, row in other[dtype]["sizes"][n]["rows"].items():
+                        if not _same(row, got["rows"][p]):
+                            reading.mismatches.append(Mismatch(
+                                "ranks", dtype, n, p, _diff(row, got["rows"][p]), rank))
+    return reading
+
+
+def _gather_exact(rows: dict[int, torch.Tensor], world: int, dtype: str, n: int, seed: int
+                  ) -> list[Mismatch]:
+    found = []
+    for rank in range(world):
+        expected = inputs.block(rank, 0, dtype, seed)
+        for p, gathered in rows.items():
+            if not _same(gathered[rank], expected[p]):
+                found.append(Mismatch("exact", dtype, n, p, _diff(gathered[rank], expected[p]),
+                                      rank))
+    return found

@@ -1,0 +1,264 @@
+"""Spawned ranks with a process group each: the multi-process side of a collectives check.
+
+Runs inside an isolated child (the check's own process), so the isolation core's guarantees
+hold around it: the child is a subreaper and ends its descendants. Here each rank also dies
+with its launcher (``PR_SET_PDEATHSIG``), the launcher ends every rank on any way out, and a
+rank that dies or hangs is named: a rank killed by a signal is the cause and the ranks that
+then failed in a collective its consequence; on a hang every rank's Python stack is read
+(``faulthandler`` on SIGUSR1) and the rank that is not where the others wait is named.
+
+The collective settings a switch sets (``HCCL_DETERMINISTIC``, ``NCCL_ALGO``...) are read
+when the process group starts, so each rank applies its environment before
+``init_process_group`` and reports what it saw there (``env_at_init``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+#: the process-group backend of each device kind
+BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
+#: how long a hung rank gets to write its stack after SIGUSR1
+STACK_WAIT_S = 1.0
+#: how long the other ranks get to end after the first one failed, before they are ended
+SETTLE_S = 2.0
+_POLL_S = 0.05
+
+
+def backend_for(device_kind: str) -> str:
+    """The process-group backend for the session's device kind (gloo on anything else)."""
+    return BACKENDS.get(device_kind, "gloo")
+
+
+class RankError(RuntimeError):
+    """A rank died, raised or hung; ``rank`` is the one named as the cause."""
+
+    def __init__(self, message: str, rank: int, stacks: dict[int, str] | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.stacks = stacks or {}
+
+
+@dataclass
+class RankResult:
+    """What one rank returned, and the collective environment it saw at init."""
+
+    rank: int
+    value: Any
+    env_at_init: dict[str, str | None]
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _rank_main(rank: int, world: int, backend: str, init_file: str, folder: str,
+               body: bytes, env: Mapping[str, str | None], timeout: float) -> None:
+    """One rank: its environment first, then the process group, then the body."""
+    import cloudpickle
+
+    from harness.isolation.child import die_with_parent
+
+    die_with_parent()
+    out = Path(folder)
+    stack_file = (out / f"rank{rank}.stack").open("w")
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    (out / f"rank{rank}.armed").touch()
+    for name, value in env.items():  # before the process group: it reads them at init
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    seen = {name: os.environ.get(name) for name in env}
+    result: dict[str, Any] = {"env_at_init": seen}
+    code = 0
+    try:
+        import torch.distributed as dist
+
+        if backend == "hccl":
+            import torch
+            import torch_npu  # noqa: F401 - registers the hccl backend
+
+            torch.npu.set_device(rank)
+        elif backend == "nccl":
+            import torch
+
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
+                                world_size=world, timeout=timedelta(seconds=timeout))
+        try:
+            fn, args = cloudpickle.loads(body)
+            result["value"] = fn(rank, world, *args)
+        finally:
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 - reported to the launcher, named by rank
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()
+        code = 1
+    (out / f"rank{rank}.tmp").write_bytes(pickle.dumps(result))
+    (out / f"rank{rank}.tmp").rename(out / f"rank{rank}.out")
+    stack_file.close()
+    os._exit(code)
+
+
+def _read(folder: Path, rank: int) -> dict[str, Any] | None:
+    path = folder / f"rank{rank}.out"
+    if not path.exists():
+        return None
+    return pickle.loads(path.read_bytes())
+
+
+def _stacks(procs: list[Any], folder: Path) -> dict[int, str]:
+    """The Python stacks of the ranks still alive (each armed its handler at start)."""
+    asked = []
+    for rank, proc in enumerate(procs):
+        if proc.exitcode is None and (folder / f"rank{rank}.armed").exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGUSR1)
+                asked.append(rank)
+    time.sleep(STACK_WAIT_S if asked else 0)
+    return {rank: (folder / f"rank{rank}.stack").read_text(errors="replace").strip()
+            for rank in asked}
+
+
+def _innermost(stack: str) -> str:
+    """The innermost frame of a faulthandler dump's first thread (its top line)."""
+    for line in stack.splitlines():
+        if line.strip().startswith("File "):
+            return line.strip()
+    return stack.splitlines()[0] if stack else "no stack"
+
+
+def _odd_one(stacks: dict[int, str]) -> int | None:
+    """The rank whose innermost frame differs from every other rank's, if exactly one."""
+    tops = {rank: _innermost(stack) for rank, stack in stacks.items()}
+    lone = [rank for rank, top in tops.items() if list(tops.values()).count(top) == 1]
+    return lone[0] if len(lone) == 1 and len(tops) > 2 else None
+
+
+def _end(procs: list[Any]) -> None:
+    """Every rank ends here, whatever happened: TERM, then KILL, then reaped."""
+    for proc in procs:
+        if proc.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+    deadline = time.monotonic() + 2.0
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.join(5.0)
+
+
+def _failure(procs: list[Any], folder: Path, first: int, backend: str) -> RankError:
+    """The cause among the ranks that ended badly: one killed by a signal before one that
+    raised (the others' connection errors follow from it), else the first seen."""
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
+        time.sleep(_POLL_S)
+    stacks = _stacks(procs, folder)
+    codes = [p.exitcode for p in procs]
+    killed = [r for r, c in enumerate(codes) if c is not None and c < 0]
+    cause = killed[0] if killed else first
+    outs = {r: _read(folder, r) for r in range(len(procs))}
+    what = outs[cause].get("error") if outs[cause] else None
+    lines = [f"rank {cause} of {len(procs)} ({backend}) {_describe_exit(codes[cause])}"
+             + (f": {what}" if what else "")]
+    for rank, code in enumerate(codes):
+        if rank == cause or code == 0:
+            continue
+        err = outs[rank].get("error") if outs[rank] else None
+        state = "was still waiting (ended by the launcher)" if code is None else \
+            _describe_exit(code)
+        lines.append(f"  then rank {rank} {state}" + (f": {err}" if err else ""))
+    if outs[cause] and outs[cause].get("traceback"):
+        lines.append(outs[cause]["traceback"].rstrip())
+    return RankError("\n".join(lines), cause, stacks)
+
+
+def _hung(procs: list[Any], folder: Path, timeout: float, backend: str) -> RankError:
+    stacks = _stacks(procs, folder)
+    live = [r for r, p in enumerate(procs) if p.exitcode is None]
+    odd = _odd_one(stacks)
+    named = odd if odd is not None else live[0]
+    head = (f"rank {named} of {len(procs)} ({backend}) hung: after {timeout:.0f} s it was at "
+            f"{_innermost(stacks.get(named, ''))}")
+    if odd is not None:
+        others = [r for r in stacks if r != odd]
+        head += (f"; ranks {', '.join(map(str, others))} waited at "
+                 f"{_innermost(stacks[others[0]])}")
+    elif len(live) > 1:
+        head += f" (ranks {', '.join(map(str, live))} all still running)"
+    body = "\n".join(f"--- rank {r} ---\n{s}" for r, s in stacks.items())
+    return RankError(f"{head}\n{body}", named, stacks)
+
+
+def run_ranks(fn: Callable[..., Any], args: tuple[Any, ...] = (), *, world: int,
+              backend: str, env: Mapping[str, str | None] | None = None,
+              timeout: float = 120.0) -> list[RankResult]:
+    """``fn(rank, world, *args)`` on ``world`` spawned ranks that share one process group.
+
+    ``env``: set (a value) or removed (None) in each rank before the group starts. Returns
+    each rank's value; raises ``RankError`` naming the rank that died, raised or hung. No
+    rank outlives this call.
+    """
+    import cloudpickle
+
+    if world < 1:
+        raise ValueError(f"world={world}: a process group needs at least one rank")
+    folder = Path(tempfile.mkdtemp(prefix="npu-regress-ranks-"))
+    body = cloudpickle.dumps((fn, args))
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_rank_main, name=f"npu-regress-rank{rank}",
+                         args=(rank, world, backend, str(folder / "init"), str(folder), body,
+                               dict(env or {}), timeout))
+             for rank in range(world)]
+    try:
+        for proc in procs:
+            proc.start()
+        deadline = time.monotonic() + timeout
+        while True:
+            codes = [p.exitcode for p in procs]
+            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                raise _failure(procs, folder, bad[0], backend)
+            if all(c == 0 for c in codes):
+                break
+            if time.monotonic() > deadline:
+                raise _hung(procs, folder, timeout, backend)
+            time.sleep(_POLL_S)
+        results = []
+        for rank in range(world):
+            out = _read(folder, rank)
+            if out is None or "value" not in out:
+                raise RankError(f"rank {rank} of {world} ({backend}) exited with status 0 "
+                                "but left no result", rank)
+            results.append(RankResult(rank, out["value"], out["env_at_init"]))
+        return results
+    finally:
+        _end(procs)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,69 @@
+"""Collectives, checked the way the switches' collective settings promise (HCCL_DETERMINISTIC,
+LCCL_DETERMINISTIC, NCCL's algorithm, protocol and channels): all-reduce, reduce-scatter,
+all-gather and a fixed-order all-reduce on 4 spawned ranks (HCCL on Ascend, NCCL on CUDA,
+gloo on CPU), fp32 and bf16, messages of 1 to 512 rows with widened exponents so that
+summation order shows.
+
+Per case: repeat (bits equal run to run), ranks (every rank holds the same all-reduce),
+exact (an all-gather moves bits unchanged) and sizes (a row's result the same alone and in a
+message of up to 512 rows). ``switch``: the ranks start their process group with exactly
+what the target's switch set (read after running it, checked against ``declared.toml``);
+``none``: the inverse control, every declared setting removed. Fewer than 3 ranks cannot
+show summation order: the size property is then vacuous, never a pass. On an accelerator
+runner run this file without ``-n`` (xdist pins each worker's children to one device)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.collectives import ops
+from harness.collectives.case import run_collective_case, world_for
+from harness.collectives.expected import expect, judge_sizes, vacuous
+from harness.collectives.ranks import backend_for
+from harness.collectives.settings import SETTINGS, declared_settings
+from harness.invariance import InvarianceTarget
+from harness.plugin import SESSION_KEY
+
+
+@pytest.mark.parametrize("how", SETTINGS)
+@pytest.mark.parametrize("collective", list(ops.COLLECTIVES))
+def test_collective(invariance_target: InvarianceTarget, collective: str, how: str, request,
+                    run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
+    target = invariance_target
+    if target.name == "verl":
+        pytest.skip("verl's switch runs vllm-ascend's init, whose collective settings the "
+                    "vllm_ascend target's cases check (each verl case starts Ray)")
+    if not declared_settings(target):
+        pytest.skip(f"{target.name}: {target.release()} declares no collective settings "
+                    "(harness/invariance/declared.toml); its collectives are the backend's own")
+    device = request.config.stash[SESSION_KEY].device
+    world, backend = world_for(device.kind), backend_for(device.kind)
+    budget = target.time_budget(request.config.stash[SESSION_KEY].timeout)
+    got = run_on_npu(run_collective_case, target.name, how, collective, world, backend,
+                     env=target.switch_env(how == "switch"), timeout=budget).value
+    reading = got["reading"]
+    record_property("collective_rows", [reading.row(d) for d in reading.dtypes])
+    record_property("collective_settings", got["applied"].env)
+    release = target.release()
+    problems = _settings_problems(got, release)
+    problems += [m.sentence(collective) for m in reading.mismatches if m.prop != "sizes"]
+    if problems:
+        if release != target.name and not any("rank " in p for p in problems):
+            record_property("release_finding", release)
+        pytest.fail("\n- ".join(["", *problems]).lstrip("\n"), pytrace=False)
+    why = vacuous(reading, backend)
+    if why:
+        pytest.fail(why, pytrace=False)
+    outcome, message = judge_sizes(reading, expect(backend, collective, how))
+    if outcome == "fail":
+        pytest.fail(message, pytrace=False)
+    if outcome == "xfail":
+        pytest.xfail(message)
+    if outcome == "record":  # the inverse control: no claim without the settings
+        record_property("collective_inverse_control", message)
+
+
+def _settings_problems(got: dict, release: str) -> list[str]:  # type: ignore[type-arg]
+    from harness.collectives.settings import judge
+
+    return judge(got["applied"], release, got["env_at_init"])
