@@ -1,0 +1,204 @@
+"""The collectives family's own controls (issue 45), on real gloo ranks:
+
+- the order-varying all-reduce (ranks summed in an order that rotates with the message size)
+  fails the size property on 4 ranks, naming the collective and the message size; on 2 ranks
+  the same control shows nothing, and the family calls that vacuous, not a pass;
+- a rank killed by a signal, a rank that raises and a hung rank are named, and no rank
+  process is left behind;
+- the ranks start with exactly what the target's switch set: a switch that drops a declared
+  setting or sets an undeclared one is caught.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.collectives import expected, inputs, properties, settings
+from harness.collectives.ranks import RankError, run_ranks
+from harness.invariance.declared import load as load_declared
+
+SIZES = (1, 2, 3, 7, 16, 17, 64)
+DTYPES = ("float32",)
+
+
+def _reading(collective: str, world: int) -> properties.Reading:
+    got = run_ranks(properties.measure, (collective, DTYPES, SIZES), world=world,
+                    backend="gloo", timeout=120)
+    return properties.read(collective, world, [r.value for r in got], SIZES, DTYPES)
+
+
+def test_order_varying_control_fails_naming_collective_and_size() -> None:
+    reading = _reading("order_varying_all_reduce", 4)
+    assert expected.vacuous(reading, "gloo") is None
+    outcome, message = expected.judge_sizes(reading, expected.Expectation("equal", "claimed"))
+    assert outcome == "fail"
+    assert "order_varying_all_reduce float32, a 2-row message, row 0: differs from the row " \
+           "alone in a 1-row message" in message
+    # 17 % 4 == 1 % 4: the same rank order as the row alone, so the same bits
+    assert 17 not in reading.sizes_differing("float32")
+    assert {2, 3, 7, 16, 64} <= set(reading.sizes_differing("float32"))
+    # and the suite's own expectation for it
+    control = expected.expect("gloo", "order_varying_all_reduce", "switch")
+    assert expected.judge_sizes(reading, control)[0] == "xfail"
+
+
+def test_fixed_order_all_reduce_is_size_invariant() -> None:
+    reading = _reading("fixed_order_all_reduce", 4)
+    assert reading.mismatches == []
+    assert expected.judge_sizes(reading, expected.expect("gloo", "fixed_order_all_reduce",
+                                                         "none"))[0] == "pass"
+
+
+def test_two_ranks_cannot_show_order_and_are_vacuous() -> None:
+    reading = _reading("order_varying_all_reduce", 2)
+    assert reading.mismatches == []  # a + b == b + a: the control shows nothing
+    why = expected.vacuous(reading, "gloo")
+    assert why and why.startswith("vacuous: 2 gloo rank(s) cannot show summation order")
+    assert not inputs.order_shows(2, "bfloat16") and inputs.order_shows(4, "bfloat16")
+
+
+def test_a_difference_the_table_says_is_there_but_is_not_fails() -> None:
+    reading = _reading("fixed_order_all_reduce", 4)
+    outcome, message = expected.judge_sizes(reading, expected.Expectation("differ", "measured"))
+    assert outcome == "fail" and "out of date" in message
+
+
+def _pids(folder: str, rank: int) -> None:
+    Path(folder, f"pid{rank}").write_text(str(os.getpid()))
+
+
+def _killed(rank: int, world: int, folder: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    _pids(folder, rank)
+    dist.barrier()
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(torch.ones(4))
+    dist.barrier()
+
+
+def _raises(rank: int, world: int, folder: str) -> None:
+    import torch.distributed as dist
+
+    _pids(folder, rank)
+    dist.barrier()
+    if rank == 3:
+        raise ValueError("rank 3's own error")
+    dist.barrier()
+
+
+def _hangs(rank: int, world: int, folder: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    _pids(folder, rank)
+    if rank == 1:
+        time.sleep(600)
+    dist.all_reduce(torch.ones(4))
+
+
+def _left(folder: Path) -> list[int]:
+    pids = [int(p.read_text()) for p in folder.glob("pid*")]
+    assert len(pids) == 4, pids
+    return [pid for pid in pids if psutil.pid_exists(pid)
+            and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize(("body", "rank", "says"), [
+    (_killed, 2, "rank 2 of 4 (gloo) was killed by SIGKILL"),
+    (_raises, 3, "rank 3 of 4 (gloo) exited with status 1: ValueError: rank 3's own error"),
+    (_hangs, 1, "rank 1 of 4 (gloo) hung: after 10 s it was at"),
+])
+def test_a_failed_rank_is_named_and_none_survives(body, rank: int, says: str,
+                                                  tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(RankError) as caught:
+        run_ranks(body, (str(tmp_path),), world=4, backend="gloo", timeout=10)
+    assert caught.value.rank == rank
+    assert str(caught.value).startswith(says), str(caught.value)
+    if body is _hangs:  # the others are named where they waited: in the all-reduce
+        assert "time.sleep" not in str(caught.value).splitlines()[0]
+        assert "test_collectives.py" in str(caught.value).splitlines()[0]
+        assert "waited at" in str(caught.value).splitlines()[0]
+    assert _left(tmp_path) == []
+
+
+class _Target:
+    """A target whose switch sets what ``sets`` says (a fake of the *interface*, to drive
+    the settings judge; the real targets run in the suite)."""
+
+    name = "fake"
+
+    def __init__(self, sets: dict[str, str]) -> None:
+        self.sets = sets
+
+    def declared(self):  # type: ignore[no-untyped-def]
+        return load_declared("vllm_ascend", "0.23.0.post1")
+
+    def device(self) -> None:
+        return None
+
+    def load(self) -> None:
+        return None
+
+    def set_switch(self, enabled: bool) -> None:
+        os.environ.update(self.sets)
+
+
+def test_the_ranks_start_with_exactly_what_the_switch_set(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for name in ("HCCL_DETERMINISTIC", "LCCL_DETERMINISTIC", "NCCL_ALGO"):
+        monkeypatch.delenv(name, raising=False)
+    good = settings.apply(_Target({"HCCL_DETERMINISTIC": "strict",
+                                   "LCCL_DETERMINISTIC": "1"}), "switch")
+    assert good.env == {"HCCL_DETERMINISTIC": "strict", "LCCL_DETERMINISTIC": "1"}
+    assert settings.judge(good, "vllm-ascend 0.23.0.post1", [good.env] * 4) == []
+    # a rank that saw something else at init: the check did not run what it claims
+    seen = [good.env, good.env, {**good.env, "HCCL_DETERMINISTIC": None}, good.env]
+    assert "rank 2 started its process group with" in settings.judge(good, "r", seen)[0]
+    # a release that drops a declared setting, and one that sets an undeclared variable
+    monkeypatch.delenv("HCCL_DETERMINISTIC", raising=False)
+    monkeypatch.delenv("LCCL_DETERMINISTIC", raising=False)
+    bad = settings.apply(_Target({"LCCL_DETERMINISTIC": "1", "NCCL_ALGO": "ring"}), "switch")
+    problems = settings.judge(bad, "vllm-ascend 0.23.0.post1", [bad.env] * 4)
+    assert any(p.startswith("with the switch on, vllm-ascend 0.23.0.post1 did not set "
+                            "HCCL_DETERMINISTIC=strict") and "batch_invariant.py:83" in p
+               for p in problems), problems
+    assert any("also set NCCL_ALGO=ring" in p for p in problems), problems
+    # "none": every declared setting removed from the ranks
+    assert settings.apply(_Target({}), "none").env == {"HCCL_DETERMINISTIC": None,
+                                                       "LCCL_DETERMINISTIC": None}
+
+
+def test_the_ranks_see_the_settings_at_init(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("LCCL_DETERMINISTIC", "0")  # inherited: must be removed
+    got = run_ranks(_env_seen, (), world=4, backend="gloo",
+                    env={"HCCL_DETERMINISTIC": "strict", "LCCL_DETERMINISTIC": None})
+    assert [r.env_at_init for r in got] == [{"HCCL_DETERMINISTIC": "strict",
+                                             "LCCL_DETERMINISTIC": None}] * 4
+    assert [r.value for r in got] == [("strict", None)] * 4
+
+
+def _env_seen(rank: int, world: int) -> tuple[str | None, str | None]:
+    return os.environ.get("HCCL_DETERMINISTIC"), os.environ.get("LCCL_DETERMINISTIC")
+
+
+def test_every_declared_collective_setting_names_its_library() -> None:
+    import tomllib
+
+    from harness.invariance.declared import DATA
+
+    data = tomllib.loads(DATA.read_text())
+    marked = [e for e in data["override"] if e.get("collective")]
+    assert {e["collective"] for e in marked} <= {"hccl", "lccl", "nccl", "custom-allreduce"}
+    assert all(e["kind"] == "env" for e in marked)
+    names = {(e["target"], e["name"]) for e in marked}
+    assert {("vllm_ascend", "HCCL_DETERMINISTIC"), ("vllm_ascend", "LCCL_DETERMINISTIC"),
+            ("vllm", "NCCL_ALGO"), ("vllm", "NCCL_PROTO"), ("vllm", "NCCL_MAX_NCHANNELS"),
+            ("reference", "HCCL_DETERMINISTIC")} <= names
