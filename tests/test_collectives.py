@@ -202,3 +202,41 @@ def test_every_declared_collective_setting_names_its_library() -> None:
     assert {("vllm_ascend", "HCCL_DETERMINISTIC"), ("vllm_ascend", "LCCL_DETERMINISTIC"),
             ("vllm", "NCCL_ALGO"), ("vllm", "NCCL_PROTO"), ("vllm", "NCCL_MAX_NCHANNELS"),
             ("reference", "HCCL_DETERMINISTIC")} <= names
+
+
+def _case_with_a_killed_rank(folder: str) -> None:
+    """Child: a check whose rank 2 is killed; the check's own process reports it."""
+    run_ranks(_killed, (folder,), world=4, backend="gloo", timeout=30)
+
+
+def test_a_killed_rank_fails_its_isolated_check_naming_the_rank(tmp_path: Path) -> None:
+    from harness import run_isolated
+
+    with pytest.raises(RankError) as caught:  # what the check's test shows, rebuilt whole
+        run_isolated(_case_with_a_killed_rank, str(tmp_path), method="forkserver")
+    assert caught.value.rank == 2
+    assert str(caught.value).startswith("rank 2 of 4 (gloo) was killed by SIGKILL")
+    assert _left(tmp_path) == []
+
+
+def test_a_tensor_parallel_source_whose_workers_did_not_run_is_vacuous() -> None:
+    """The engine's TP rows prove their ranks from the worker processes seen, not from the
+    configuration: one worker for a 2-rank claim is vacuous."""
+    from harness.logprobs.cases import _check_ranks
+    from harness.logprobs.engine import InvarianceReport
+
+    class _Src:
+        tp_workers = ["VLLM::Worker_TP0"]
+
+    report = InvarianceReport("vllm-cpu", (1, 2), ("first",), 2, 8)
+    _check_ranks("vllm-tp2", _Src(), report)
+    assert report.vacuous.startswith("vllm-tp2 claims tensor parallel at 2 ranks, but 1 "
+                                     "worker process(es) ran (VLLM::Worker_TP0)")
+    both = InvarianceReport("vllm-cpu", (1, 2), ("first",), 2, 8)
+    _Src.tp_workers = ["VLLM::Worker_TP0", "VLLM::Worker_TP1"]
+    _check_ranks("vllm-tp2", _Src(), both)
+    assert not both.vacuous and "[2 TP workers: VLLM::Worker_TP0, VLLM::Worker_TP1]" in \
+        both.source
+    plain = InvarianceReport("vllm-cpu", (1, 2), ("first",), 2, 8)
+    _check_ranks("vllm", object(), plain)
+    assert plain.source == "vllm-cpu" and not plain.vacuous

@@ -51,6 +51,9 @@ class RankError(RuntimeError):
         self.rank = rank
         self.stacks = stacks or {}
 
+    def __reduce__(self) -> tuple[Any, ...]:  # back from an isolated child whole
+        return (type(self), (str(self), self.rank, self.stacks))
+
 
 @dataclass
 class RankResult:

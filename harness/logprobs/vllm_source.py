@@ -68,6 +68,8 @@ class Variant:
     only: str | None = None
     #: a variant measured as a control of one path: with the switch off and batch size only
     control: bool = False
+    #: tensor-parallel ranks: worker processes (the mp executor), each with a device
+    ranks: int = 1
 
 
 #: ``vllm-nosplit``: the CPU attention without its split-KV decode path (measured: the one
@@ -82,12 +84,36 @@ VARIANTS: dict[str, Variant] = {
     "vllm-nosplit": Variant(env={"VLLM_CPU_ATTN_SPLIT_KV": "0"}, only="cpu", control=True),
     "vllm-chunked": Variant(engine={"enable_chunked_prefill": True,
                                     "max_num_batched_tokens": 32, "max_num_seqs": 16}),
+    "vllm-tp2": Variant(engine={"tensor_parallel_size": 2,
+                                "distributed_executor_backend": "mp"}, ranks=2),
 }
+
+
+def tp_workers() -> list[str]:
+    """The titles of this process's tensor-parallel worker descendants (sorted)."""
+    import psutil
+
+    names = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            name = child.name()
+        except psutil.Error:
+            continue
+        if "Worker_TP" in name:
+            names.append(name)
+    return sorted(names)
 
 
 def variant_unavailable(source: str, device_kind: str) -> str | None:
     """Why this vLLM source variant cannot run in this session, or None."""
     variant = VARIANTS[source]
+    if variant.ranks > 1 and device_kind != "cpu":
+        from harness.stack.devices import device_count
+
+        seen = device_count(device_kind)
+        if seen < variant.ranks:
+            return (f"{source} needs {variant.ranks} {device_kind} devices and this process "
+                    f"sees {seen} (under -n, each worker's children see one)")
     if variant.only is not None and device_kind != variant.only:
         return (f"{source} sets {', '.join(variant.env)}, a variable of vLLM's "
                 f"{variant.only} attention; the session device is {device_kind}")
@@ -132,6 +158,9 @@ class VllmSource:
         started = time.perf_counter()
         self.llm = llm_factory(**kwargs)
         self.start_s = time.perf_counter() - started
+        #: the tensor-parallel worker processes that really run (vLLM titles them
+        #: ``VLLM::Worker_TP<rank>``): the evidence that TP happened, not our config
+        self.tp_workers = tp_workers()
 
     def _generate(self, batch: list[list[int]], params: Any) -> list[Any]:
         prompts = [{"prompt_token_ids": list(seq)} for seq in batch]
