@@ -21,6 +21,7 @@ from harness.collectives.case import run_collective_case, world_for
 from harness.collectives.expected import expect, judge_sizes, vacuous
 from harness.collectives.ranks import backend_for
 from harness.collectives.settings import SETTINGS, declared_settings
+from harness.collectives.settings import judge as settings_judge
 from harness.invariance import InvarianceTarget
 from harness.plugin import SESSION_KEY
 
@@ -45,25 +46,27 @@ def test_collective(invariance_target: InvarianceTarget, collective: str, how: s
     record_property("collective_rows", [reading.row(d) for d in reading.dtypes])
     record_property("collective_settings", got["applied"].env)
     release = target.release()
-    problems = _settings_problems(got, release)
-    problems += [m.sentence(collective) for m in reading.mismatches if m.prop != "sizes"]
-    if problems:
-        if release != target.name and not any("rank " in p for p in problems):
+    applied, seen = got["applied"], got["env_at_init"]
+    ours = [p for p in settings_judge(applied, release, seen) if p.startswith("rank ")]
+    if ours:  # the ranks did not start with what the switch set: the harness's own failure
+        pytest.fail("\n- ".join(["", *ours]).lstrip("\n"), pytrace=False)
+    problems = settings_judge(applied, release, seen)
+    on_backend = [m.sentence(collective) for m in reading.mismatches if m.prop != "sizes"]
+    if problems or on_backend:
+        if release != target.name and (problems or (how == "switch" and backend != "gloo")):
             record_property("release_finding", release)
-        pytest.fail("\n- ".join(["", *problems]).lstrip("\n"), pytrace=False)
+        pytest.fail("\n- ".join(["", *problems, *on_backend]).lstrip("\n"), pytrace=False)
     why = vacuous(reading, backend)
     if why:
         pytest.fail(why, pytrace=False)
-    outcome, message = judge_sizes(reading, expect(backend, collective, how))
+    outcome, message = judge_sizes(reading, expect(backend, collective, how, world))
     if outcome == "fail":
+        if how == "switch" and backend != "gloo" and release != target.name:
+            # the collectives ran with exactly what the release's switch set
+            record_property("release_finding", release)
         pytest.fail(message, pytrace=False)
     if outcome == "xfail":
         pytest.xfail(message)
     if outcome == "record":  # the inverse control: no claim without the settings
         record_property("collective_inverse_control", message)
 
-
-def _settings_problems(got: dict, release: str) -> list[str]:  # type: ignore[type-arg]
-    from harness.collectives.settings import judge
-
-    return judge(got["applied"], release, got["env_at_init"])

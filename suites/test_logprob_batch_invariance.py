@@ -14,9 +14,9 @@ random weights; prefill right- or left-padded), ``vllm`` (a real engine on a see
 ``bash ci/setup.sh --engine``) and ``vllm-nosplit`` (CPU only: the engine with
 ``VLLM_CPU_ATTN_SPLIT_KV=0``, its attention's split-KV decode path off) and ``vllm-chunked``
 (chunked prefill with a 32-token step budget: the probe's prompt is prefilled in chunks,
-beside the other sequences' steps; batch size only) and ``vllm-tp2`` (tensor parallel at 2
-ranks, the mp executor: batch size and repeat; on an accelerator it needs 2 visible devices,
-so run it without -n).
+beside the other sequences' steps; batch size only) and ``vllm-tp2`` / ``vllm-tp4`` (tensor
+parallel at 2 / 4 ranks, the mp executor: batch size and repeat; on an accelerator they
+need that many visible devices, so run them without -n).
 Switch on: every property holds, or the case names the operators that ran outside the
 target's invariant set (a known coverage gap is an XFAIL from the table of
 ``harness.logprobs.expectations``, and fails when it closes). Switch off: the inverse
@@ -46,7 +46,7 @@ def _unavailable(source: str, device_kind: str) -> str | None:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("switch", ["on", "off"])
 @pytest.mark.parametrize("source", ["tiny", "hf", "hf-left", "vllm", "vllm-nosplit",
-                                    "vllm-chunked", "vllm-tp2"])
+                                    "vllm-chunked", "vllm-tp2", "vllm-tp4"])
 @pytest.mark.parametrize("check", CHECKS)
 def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: str, request,
                                   run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
@@ -59,10 +59,11 @@ def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: s
     if not reason and source == "vllm-chunked" and check != "batch-size":
         reason = ("chunked prefill is measured on the batch-size check (a prompt's chunks "
                   "beside other sequences' steps); the vllm source covers the rest")
-    if not reason and source == "vllm-tp2" and check == "decode-vs-prefill":
+    tp = variant is not None and variant.ranks > 1
+    if not reason and tp and check == "decode-vs-prefill":
         reason = ("tensor parallel is measured on batch size and repeat (the rows of a "
                   "collective's batch invariance); the vllm source covers the rest")
-    if not reason and source == "vllm-tp2" and switch == "on" and device.kind == "cpu":
+    if not reason and tp and switch == "on" and device.kind == "cpu":
         reason = ("with vLLM's switch on, vllm-cpu 0.32.0 crashes at its first request (the "
                   "ledger's vllm-cpu-batch-invariant-triton, shown by the vllm source); "
                   "measured at TP=2 on 2026-12-05: the same TypeError in both workers")

@@ -72,8 +72,9 @@ def _report(record: dict) -> dict:
 
 
 def test_the_engine_rows_of_the_suite(tmp_path: Path) -> None:
-    """One inner run (an engine a case, 28 of them, 4 at TP=2: the one test that pays for it)."""
-    tests, tail = _engine_rows(_engine_python(), tmp_path)
+    """One inner run (an engine a case, 28 of them, 6 at TP=2: the one test that pays for
+    it; the TP=4 rows, 10 min on 2 cores, are measured by hand: README)."""
+    tests, tail = _engine_rows(_engine_python(), tmp_path, select=("-k", "vllm and not tp4"))
     # every row runs, and nothing fails
     assert len(tests) == 48, sorted(tests)
     failed = {k: r.get("longrepr", "")[-800:] for k, r in tests.items()

@@ -86,6 +86,8 @@ VARIANTS: dict[str, Variant] = {
                                     "max_num_batched_tokens": 32, "max_num_seqs": 16}),
     "vllm-tp2": Variant(engine={"tensor_parallel_size": 2,
                                 "distributed_executor_backend": "mp"}, ranks=2),
+    "vllm-tp4": Variant(engine={"tensor_parallel_size": 4,
+                                "distributed_executor_backend": "mp"}, ranks=4),
 }
 
 
