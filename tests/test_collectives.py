@@ -153,8 +153,11 @@ class _Target:
 
 
 def test_the_ranks_start_with_exactly_what_the_switch_set(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # the fake switches write the environment: a copy of it, so nothing leaks into the
+    # tests after this one (an "off" case there would see HCCL_DETERMINISTIC set)
+    monkeypatch.setattr(os, "environ", dict(os.environ))
     for name in ("HCCL_DETERMINISTIC", "LCCL_DETERMINISTIC", "NCCL_ALGO"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delitem(os.environ, name, raising=False)
     good = settings.apply(_Target({"HCCL_DETERMINISTIC": "strict",
                                    "LCCL_DETERMINISTIC": "1"}), "switch")
     assert good.env == {"HCCL_DETERMINISTIC": "strict", "LCCL_DETERMINISTIC": "1"}
@@ -163,8 +166,7 @@ def test_the_ranks_start_with_exactly_what_the_switch_set(monkeypatch) -> None: 
     seen = [good.env, good.env, {**good.env, "HCCL_DETERMINISTIC": None}, good.env]
     assert "rank 2 started its process group with" in settings.judge(good, "r", seen)[0]
     # a release that drops a declared setting, and one that sets an undeclared variable
-    monkeypatch.delenv("HCCL_DETERMINISTIC", raising=False)
-    monkeypatch.delenv("LCCL_DETERMINISTIC", raising=False)
+    del os.environ["HCCL_DETERMINISTIC"], os.environ["LCCL_DETERMINISTIC"]
     bad = settings.apply(_Target({"LCCL_DETERMINISTIC": "1", "NCCL_ALGO": "ring"}), "switch")
     problems = settings.judge(bad, "vllm-ascend 0.23.0.post1", [bad.env] * 4)
     assert any(p.startswith("with the switch on, vllm-ascend 0.23.0.post1 did not set "

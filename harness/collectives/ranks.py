@@ -114,10 +114,16 @@ def _rank_main(rank: int, world: int, backend: str, init_file: str, folder: str,
         try:
             fn, args = cloudpickle.loads(body)
             result["value"] = fn(rank, world, *args)
+        except BaseException:
+            # when, before the group is torn down: the rank that raised first is the
+            # cause, the others' broken connections follow from it
+            result["failed_at"] = time.time()
+            raise
         finally:
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, named by rank
+        result.setdefault("failed_at", time.time())
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()
         code = 1
@@ -179,15 +185,17 @@ def _end(procs: list[Any]) -> None:
 
 def _failure(procs: list[Any], folder: Path, first: int, backend: str) -> RankError:
     """The cause among the ranks that ended badly: one killed by a signal before one that
-    raised (the others' connection errors follow from it), else the first seen."""
+    raised (the others' connection errors follow from it), else the one that raised first,
+    else the first seen."""
     deadline = time.monotonic() + SETTLE_S
     while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
         time.sleep(_POLL_S)
     stacks = _stacks(procs, folder)
     codes = [p.exitcode for p in procs]
     killed = [r for r, c in enumerate(codes) if c is not None and c < 0]
-    cause = killed[0] if killed else first
     outs = {r: _read(folder, r) for r in range(len(procs))}
+    raised = sorted((o["failed_at"], r) for r, o in outs.items() if o and "failed_at" in o)
+    cause = killed[0] if killed else raised[0][1] if raised else first
     what = outs[cause].get("error") if outs[cause] else None
     lines = [f"rank {cause} of {len(procs)} ({backend}) {_describe_exit(codes[cause])}"
              + (f": {what}" if what else "")]

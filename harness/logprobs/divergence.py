@@ -492,13 +492,15 @@ class NotRecorded(RuntimeError):
     compare, which is not "no op differs"."""
 
 
-def locate(alone: Callable[[], Any], batch: Callable[[], Any]) -> Divergence | None:
+def locate(alone: Callable[[], Any], batch: Callable[[], Any], model: bool = False
+           ) -> Divergence | None:
     """Run both passes under the recorder; the first divergent op, or None (no op's output
     differs: the difference is after the last aten call, or the passes did not reproduce
-    it). Raises ``NotRecorded`` when no matmul ran in this process."""
+    it). ``model``: the passes run a model's forward, so a recording without one matmul
+    did not see it (``NotRecorded``)."""
     _, a = record(alone)
     _, b = record(batch)
-    if not any(_base(c.op) in _MATMULS for c in (*a.calls, *b.calls)):
+    if model and not any(_base(c.op) in _MATMULS for c in (*a.calls, *b.calls)):
         raise NotRecorded("not located: no matmul of the model ran in this process (a "
                           "tensor-parallel engine runs its model in worker processes)")
     return first_divergence(a, b)

@@ -337,7 +337,7 @@ def locate_divergence(report: InvarianceReport, alone: Any, batch: Any,
     from harness.logprobs.divergence import NotRecorded, locate
 
     try:
-        found = locate(alone, batch)
+        found = locate(alone, batch, model=True)
     except NotRecorded as exc:
         report.first_divergence = {"op": None, "batch_size": batch_size,
                                    "sentence": f"first divergent op: {exc}"}

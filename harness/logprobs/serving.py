@@ -514,7 +514,7 @@ def _diagnose(report: ServingReport, alone: Callable[[], Served],
     try:
         from harness.logprobs.divergence import NotRecorded, locate
 
-        found = locate(alone, batch)
+        found = locate(alone, batch, model=True)
     except NotRecorded as exc:
         report.first_divergence = str(exc)
         return
