@@ -35,6 +35,9 @@ BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
 STACK_WAIT_S = 1.0
 #: how long the other ranks get to end after the first one failed, before they are ended
 SETTLE_S = 2.0
+#: how long the ranks get to start (spawn, import torch) before the check's own timeout
+#: starts: a loaded runner's slow start is not a hang
+START_S = 300.0
 _POLL_S = 0.05
 
 
@@ -100,6 +103,7 @@ def _rank_main(rank: int, world: int, backend: str, init_file: str, folder: str,
     try:
         import torch.distributed as dist
 
+        (out / f"rank{rank}.ready").touch()  # imports done: the check's time starts
         if backend == "hccl":
             import torch
             import torch_npu  # noqa: F401 - registers the hccl backend
@@ -233,9 +237,10 @@ def run_ranks(fn: Callable[..., Any], args: tuple[Any, ...] = (), *, world: int,
               timeout: float = 120.0) -> list[RankResult]:
     """``fn(rank, world, *args)`` on ``world`` spawned ranks that share one process group.
 
-    ``env``: set (a value) or removed (None) in each rank before the group starts. Returns
-    each rank's value; raises ``RankError`` naming the rank that died, raised or hung. No
-    rank outlives this call.
+    ``env``: set (a value) or removed (None) in each rank before the group starts.
+    ``timeout`` counts from when every rank has started (imported torch), so a loaded
+    runner's slow start is not a hang. Returns each rank's value; raises ``RankError`` naming
+    the rank that died, raised or hung. No rank outlives this call.
     """
     import cloudpickle
 
@@ -251,7 +256,8 @@ def run_ranks(fn: Callable[..., Any], args: tuple[Any, ...] = (), *, world: int,
     try:
         for proc in procs:
             proc.start()
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None
         while True:
             codes = [p.exitcode for p in procs]
             bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
@@ -259,7 +265,18 @@ def run_ranks(fn: Callable[..., Any], args: tuple[Any, ...] = (), *, world: int,
                 raise _failure(procs, folder, bad[0], backend)
             if all(c == 0 for c in codes):
                 break
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if deadline is None:
+                ready = [(folder / f"rank{r}.ready").exists() or codes[r] is not None
+                         for r in range(world)]
+                if all(ready):
+                    deadline = now + timeout
+                elif now - started > START_S:
+                    late = [r for r, ok in enumerate(ready) if not ok]
+                    raise RankError(f"rank {late[0]} of {world} ({backend}) did not start "
+                                    f"within {START_S:.0f} s (ranks {late} not ready)",
+                                    late[0], _stacks(procs, folder))
+            elif now > deadline:
                 raise _hung(procs, folder, timeout, backend)
             time.sleep(_POLL_S)
         results = []
