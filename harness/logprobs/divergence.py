@@ -483,24 +483,10 @@ def _no_counterpart(call: Call, diff: float) -> bool:
     return scale > 0 and diff > FAR * scale
 
 
-#: a model's forward always runs one of these: a recording without any did not see the model
-_MATMULS = frozenset({"mm", "addmm", "bmm", "matmul", "linear"})
-
-
-class NotRecorded(RuntimeError):
-    """The model's ops ran outside this process (tensor-parallel workers): nothing to
-    compare, which is not "no op differs"."""
-
-
-def locate(alone: Callable[[], Any], batch: Callable[[], Any], model: bool = False
-           ) -> Divergence | None:
+def locate(alone: Callable[[], Any], batch: Callable[[], Any]) -> Divergence | None:
     """Run both passes under the recorder; the first divergent op, or None (no op's output
     differs: the difference is after the last aten call, or the passes did not reproduce
-    it). ``model``: the passes run a model's forward, so a recording without one matmul
-    did not see it (``NotRecorded``)."""
+    it)."""
     _, a = record(alone)
     _, b = record(batch)
-    if model and not any(_base(c.op) in _MATMULS for c in (*a.calls, *b.calls)):
-        raise NotRecorded("not located: no matmul of the model ran in this process (a "
-                          "tensor-parallel engine runs its model in worker processes)")
     return first_divergence(a, b)

@@ -229,7 +229,8 @@ def check_batch_invariance(
             for phase, ref, run in phases:
                 if report.compare(phase, bs, slot, pos, ref, run()):
                     record_failing_pass(report, run)
-                    locate_divergence(report, alone[phase], run, bs)
+                    locate_divergence(report, alone[phase], run, bs,
+                                      getattr(source, "tp_workers", None))
     _check_padding(source, report, fillers[: max(batch_sizes) - 1] + [list(probe)])
     return report
 
@@ -329,19 +330,20 @@ def vocab_of(source: LogprobSource) -> int:
 
 
 def locate_divergence(report: InvarianceReport, alone: Any, batch: Any,
-                      batch_size: int) -> None:
+                      batch_size: int, elsewhere: list[str] | None = None) -> None:
     """Once per report: the first op whose output for the probe differs between its pass
     alone and the first failing batch pass (``harness.logprobs.divergence``)."""
     if report.first_divergence is not None:
         return
-    from harness.logprobs.divergence import NotRecorded, locate
+    from harness.logprobs.divergence import locate
 
-    try:
-        found = locate(alone, batch, model=True)
-    except NotRecorded as exc:
-        report.first_divergence = {"op": None, "batch_size": batch_size,
-                                   "sentence": f"first divergent op: {exc}"}
+    if elsewhere:  # the recorder sees this process only
+        report.first_divergence = {
+            "op": None, "batch_size": batch_size,
+            "sentence": f"first divergent op: not located (the model ran in "
+                        f"{', '.join(elsewhere)}, out of the recorder's process)"}
         return
+    found = locate(alone, batch)
     report.first_divergence = (
         {**asdict(found), "batch_size": batch_size, "sentence": found.sentence(batch_size)}
         if found else {"op": None, "batch_size": batch_size,

@@ -512,12 +512,9 @@ def _diagnose(report: ServingReport, alone: Callable[[], Served],
     second run's ops are all matched, the ops that ran only there
     (``harness.logprobs.divergence``)."""
     try:
-        from harness.logprobs.divergence import NotRecorded, locate
+        from harness.logprobs.divergence import locate
 
-        found = locate(alone, batch, model=True)
-    except NotRecorded as exc:
-        report.first_divergence = str(exc)
-        return
+        found = locate(alone, batch)
     except Exception as exc:  # noqa: BLE001 - the verdict stands without a diagnosis
         report.first_divergence = f"not located ({type(exc).__name__}: {exc})"
         return

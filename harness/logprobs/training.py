@@ -201,7 +201,7 @@ def diagnose(fwd: TrainingForward, layout: str, micro: int, index: int) -> dict[
     """Where the first difference comes from: sequence ``index`` alone but padded to the
     width of its micro-batch (of ``micro``) vs inside it (the micro-batch's own effect,
     named by op); if those agree, whether the padding width itself moves it."""
-    from harness.logprobs.divergence import NotRecorded, locate
+    from harness.logprobs.divergence import locate
 
     seqs = sequences()
     start = index // micro * micro
@@ -217,10 +217,7 @@ def diagnose(fwd: TrainingForward, layout: str, micro: int, index: int) -> dict[
     def alone() -> list[torch.Tensor]:
         return fwd._forward(batch[:1], layout, width)
 
-    try:
-        found = locate(alone, lambda: fwd._forward(batch, layout), model=True)
-    except NotRecorded as exc:
-        return {**at, "sentence": f"first divergent op: {exc}"}
+    found = locate(alone, lambda: fwd._forward(batch, layout))
     if found is not None:
         return {**at, "op": found.op, "sentence": found.sentence(micro)}
     if not torch.equal(fwd._forward(batch[:1], layout)[0], alone()[0]):
