@@ -34,9 +34,9 @@ from harness.logprobs.properties import compare_repeat
 from harness.plugin import SESSION_KEY
 
 
-def _unavailable(source: str, device_kind: str) -> str | None:
+def _unavailable(source: str, device_kind: str, visible: int) -> str | None:
     if source.startswith("vllm"):
-        return vllm_source.variant_unavailable(source, device_kind)
+        return vllm_source.variant_unavailable(source, device_kind, visible)
     if source.startswith("hf"):
         return hf_source.unavailable()
     return None
@@ -50,8 +50,9 @@ def _unavailable(source: str, device_kind: str) -> str | None:
 @pytest.mark.parametrize("check", CHECKS)
 def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: str, request,
                                   run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
-    device = request.config.stash[SESSION_KEY].device
-    reason = _unavailable(source, device.kind)
+    session = request.config.stash[SESSION_KEY]
+    device = session.device
+    reason = _unavailable(source, device.kind, device.visible(session.worker_id))
     variant = vllm_source.VARIANTS.get(source)
     if not reason and variant and variant.control and (switch == "on" or check != "batch-size"):
         reason = ("measured with vLLM's switch off, batch size only: it isolates the "

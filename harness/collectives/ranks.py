@@ -19,7 +19,6 @@ import multiprocessing
 import os
 import pickle
 import shutil
-import signal
 import tempfile
 import time
 import traceback
@@ -28,6 +27,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from harness.isolation.child import STACK_SIGNAL
+from harness.isolation.result import signal_name
 
 #: the process-group backend of each device kind
 BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
@@ -71,10 +73,7 @@ def _describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
     if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
+        return f"was killed by {signal_name(-code)}"
     return f"exited with status {code}"
 
 
@@ -90,7 +89,7 @@ def _rank_main(rank: int, world: int, backend: str, init_file: str, folder: str,
     stack_file = (out / f"rank{rank}.stack").open("w")
     import faulthandler
 
-    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
     (out / f"rank{rank}.armed").touch()
     for name, value in env.items():  # before the process group: it reads them at init
         if value is None:
@@ -150,7 +149,7 @@ def _stacks(procs: list[Any], folder: Path) -> dict[int, str]:
     for rank, proc in enumerate(procs):
         if proc.exitcode is None and (folder / f"rank{rank}.armed").exists():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGUSR1)
+                os.kill(proc.pid, STACK_SIGNAL)
                 asked.append(rank)
     time.sleep(STACK_WAIT_S if asked else 0)
     return {rank: (folder / f"rank{rank}.stack").read_text(errors="replace").strip()

@@ -28,6 +28,25 @@ SMALL = {"vocab_size": 1024, "hidden_size": 256, "intermediate_size": 688,
 PAD_ID = 0
 
 
+def pad(batch: list[list[int]], side: str, pad_id: int = PAD_ID, width: int | None = None
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask of ``batch`` padded on ``side`` to ``width`` (default:
+    the longest sequence), as trainers and ``generate`` pad."""
+    width = width or max(len(s) for s in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, seq in enumerate(batch):
+        cols = slice(width - len(seq), width) if side == "left" else slice(0, len(seq))
+        ids[i, cols] = torch.tensor(seq)
+        mask[i, cols] = 1
+    return ids, mask
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids from an attention mask: 0 at each sequence's first real token."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
 def unavailable() -> str | None:
     from harness.stack.devices import has_module
 
@@ -61,18 +80,10 @@ class HfSource(GreedyDecoding):
                      f"{str(dtype).removeprefix('torch.')}, {attn}, {padding} padding)")
 
     def _padded(self, batch: list[list[int]], side: str) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(s) for s in batch)
-        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, seq in enumerate(batch):
-            cols = slice(width - len(seq), width) if side == "left" else slice(0, len(seq))
-            ids[i, cols] = torch.tensor(seq)
-            mask[i, cols] = 1
+        ids, mask = pad(batch, side, self.pad_id)
         return ids.to(self.device), mask.to(self.device)
 
-    @staticmethod
-    def _positions(mask: torch.Tensor) -> torch.Tensor:
-        return (mask.cumsum(-1) - 1).clamp(min=0)
+    _positions = staticmethod(positions)
 
     def _logprobs(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(logits.float(), dim=-1)

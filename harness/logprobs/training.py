@@ -24,12 +24,12 @@ import torch
 
 from harness.logprobs import seeded_model
 from harness.logprobs.engine import InvarianceReport
+from harness.logprobs.hf_source import PAD_ID, pad, positions
 
 LAYOUTS = ("right", "left", "packed")
 MICRO_BATCHES = (1, 2, 4, 8)
 #: eight sequences of mixed lengths: a micro-batch's padding width changes with its members
 LENGTHS = (37, 64, 12, 50, 23, 64, 41, 30)
-PAD_ID = 0
 #: verl's flash-attn cross entropy is not bitwise reproducible; verl's own switch to its
 #: log_softmax+gather path (no flash-attn on CPU anyway)
 VERL_ENV = {"VERL_DISABLE_FLASH_ATTN_CE": "1"}
@@ -103,16 +103,10 @@ class TrainingForward:
                  width: int | None = None) -> list[torch.Tensor]:
         if layout == "packed":
             return self._packed(chunk)
-        width = width or max(len(s) for s in chunk)
-        ids = torch.full((len(chunk), width), PAD_ID, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, seq in enumerate(chunk):
-            cols = slice(width - len(seq), width) if layout == "left" else slice(0, len(seq))
-            ids[i, cols] = torch.tensor(seq)
-            mask[i, cols] = 1
+        ids, mask = pad(chunk, layout, PAD_ID, width)
         ids, mask = ids.to(self.device), mask.to(self.device)
         logits = self.model(input_ids=ids, attention_mask=mask,
-                            position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+                            position_ids=positions(mask)).logits
         out = []
         for i, seq in enumerate(chunk):
             cols = mask[i].nonzero().squeeze(1)
@@ -187,23 +181,25 @@ def run_training_case(layout: str, enabled: bool, dtype: str, target: str,
     fwd = TrainingForward(dtype=dtype, device=devices.device())
     if nudge is not None:
         nudge(fwd)
-    report = check_micro_batch(fwd, layout)
+    seqs = sequences()
+    report = check_micro_batch(fwd, layout, seqs)
     report.source = (f"{report.source} [switch {'on' if enabled else 'off'}: {tgt.name}; "
                      f"weights {fwd.digest[:12]}]")
     report.threads = torch.get_num_threads()
     first = next((m for m in report.mismatches if m.phase == layout), None)
     if first is not None:
-        report.first_divergence = diagnose(fwd, layout, first.batch_size, first.position)
+        report.first_divergence = diagnose(fwd, layout, seqs, first.batch_size,
+                                           first.position)
     return report
 
 
-def diagnose(fwd: TrainingForward, layout: str, micro: int, index: int) -> dict[str, Any]:
+def diagnose(fwd: TrainingForward, layout: str, seqs: list[list[int]], micro: int,
+             index: int) -> dict[str, Any]:
     """Where the first difference comes from: sequence ``index`` alone but padded to the
     width of its micro-batch (of ``micro``) vs inside it (the micro-batch's own effect,
     named by op); if those agree, whether the padding width itself moves it."""
     from harness.logprobs.divergence import locate
 
-    seqs = sequences()
     start = index // micro * micro
     batch = [seqs[index]] + [s for j, s in enumerate(seqs[start:start + micro], start)
                              if j != index]

@@ -68,8 +68,11 @@ class Variant:
     only: str | None = None
     #: a variant measured as a control of one path: with the switch off and batch size only
     control: bool = False
-    #: tensor-parallel ranks: worker processes (the mp executor), each with a device
-    ranks: int = 1
+
+    @property
+    def ranks(self) -> int:
+        """Tensor-parallel ranks: worker processes (the mp executor), each with a device."""
+        return int(self.engine.get("tensor_parallel_size", 1))
 
 
 #: ``vllm-nosplit``: the CPU attention without its split-KV decode path (measured: the one
@@ -85,9 +88,9 @@ VARIANTS: dict[str, Variant] = {
     "vllm-chunked": Variant(engine={"enable_chunked_prefill": True,
                                     "max_num_batched_tokens": 32, "max_num_seqs": 16}),
     "vllm-tp2": Variant(engine={"tensor_parallel_size": 2,
-                                "distributed_executor_backend": "mp"}, ranks=2),
+                                "distributed_executor_backend": "mp"}),
     "vllm-tp4": Variant(engine={"tensor_parallel_size": 4,
-                                "distributed_executor_backend": "mp"}, ranks=4),
+                                "distributed_executor_backend": "mp"}),
 }
 
 
@@ -106,16 +109,13 @@ def tp_workers() -> list[str]:
     return sorted(names)
 
 
-def variant_unavailable(source: str, device_kind: str) -> str | None:
-    """Why this vLLM source variant cannot run in this session, or None."""
+def variant_unavailable(source: str, device_kind: str, visible: int = 1) -> str | None:
+    """Why this vLLM source variant cannot run in this session, or None (``visible``: the
+    devices a case's child sees, ``DeviceInfo.visible``; the parent never opens a device)."""
     variant = VARIANTS[source]
-    if variant.ranks > 1 and device_kind != "cpu":
-        from harness.stack.devices import device_count
-
-        seen = device_count(device_kind)
-        if seen < variant.ranks:
-            return (f"{source} needs {variant.ranks} {device_kind} devices and this process "
-                    f"sees {seen} (under -n, each worker's children see one)")
+    if variant.ranks > 1 and device_kind != "cpu" and visible < variant.ranks:
+        return (f"{source} needs {variant.ranks} {device_kind} devices and the case's child "
+                f"sees {visible} (under -n, each worker's children see one)")
     if variant.only is not None and device_kind != variant.only:
         return (f"{source} sets {', '.join(variant.env)}, a variable of vLLM's "
                 f"{variant.only} attention; the session device is {device_kind}")

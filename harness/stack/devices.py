@@ -67,6 +67,11 @@ class DeviceInfo:
     def from_dict(cls, data: dict[str, object]) -> DeviceInfo:
         return cls(**data)  # type: ignore[arg-type]
 
+    def visible(self, worker_id: str | None) -> int:
+        """How many devices a case's child sees: one under xdist's pinning
+        (``pinning_env``), else every one the session detected."""
+        return 1 if pinning_env(self.kind, self.count, worker_id) else self.count
+
     def header(self) -> str:
         return (
             f"npu-regress: device={self.kind} x{self.count} ({self.reason}); "
