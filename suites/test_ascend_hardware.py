@@ -50,7 +50,7 @@ def ipc_case(case_id: str, name: str, soc: int, hdk: str | None, cann: str, hard
 
 
 def _soc_cases() -> list[Case]:
-    table = {  # written out from torch_npu's table (facts file), not computed from ours
+    table = {  # written out from torch_npu's SoC table (NpuVariables.h), not from ours
         "A1": [100, 101, 102, 103, 104], "ASCEND310P": [200, 201, 202, 203, 204, 205],
         "A2": [220, 221, 222, 223, 224, 225], "ASCEND310B": [240, 241, 242, 243],
         "A3": [250, 251, 252, 253, 254, 255, 256], "A5": [260],

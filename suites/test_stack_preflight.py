@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from harness.hardware import NpuVersions, preflight
-from harness.plugin.manifest import read_packages
+from harness.plugin.stack_manifest import read_packages
 from harness.stack.devices import has_module
 
 

@@ -132,11 +132,12 @@ def test_a_status_read_with_the_pid_is_not_lost() -> None:
     """A child that ends at once: the server's pid and status lines can arrive in one read."""
     import socket
 
+    from harness.isolation.messages import Ended, encode
     from harness.isolation.server import _ForkedHandle
 
     ours, theirs = socket.socketpair()
     try:
-        handle = _ForkedHandle(ours, 1234, b'{"status": 3}\n')
+        handle = _ForkedHandle(ours, 1234, encode(Ended(3)))
         assert handle.wait(0) == 3
     finally:
         theirs.close()
@@ -182,3 +183,19 @@ def test_a_server_whose_forks_torch_has_poisoned_refuses() -> None:
     assert server._forks_poisoned(fake) is None
     fake.version.cuda = None  # a CPU build: no fork poison, no probe
     assert server._forks_poisoned(fake) is None
+
+
+def test_messages_round_trip_and_refuse_what_is_out_of_place() -> None:
+    """The server's contract: every message decodes to what was encoded; a message of
+    another kind, or a line that is no message, is a ``ProtocolError`` naming it."""
+    from harness.isolation import messages as m
+
+    for message in (m.Fork("/w", {"A": "1"}, "/c"), m.Exec("/w", {}, "/c", ["python", "-c", ""]),
+                    m.WarmUp("pkg.mod:fn", "arg"), m.Ready(12, {"modules": 3}),
+                    m.Unavailable("why", refused="why"), m.Warmed([1]), m.Refused("no"),
+                    m.Started(7), m.NotStarted("full"), m.Ended(-9)):
+        assert m.decode(m.encode(message), (type(message),)) == message
+    with pytest.raises(m.ProtocolError, match="expected fork or exec or warm_up, got ended"):
+        m.decode(m.encode(m.Ended(0)), m.REQUESTS)
+    with pytest.raises(m.ProtocolError, match="not an isolation-server message"):
+        m.decode(b'{"status": 3}', (m.Ended,))

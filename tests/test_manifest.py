@@ -7,7 +7,8 @@ import importlib.metadata
 import pytest
 
 from harness.hardware import AscendHardwareVersion, NpuVersions
-from harness.plugin import manifest
+from harness.plugin import stack_manifest as manifest
+from harness.report import manifest_diff
 from harness.stack.devices import has_module
 
 
@@ -32,9 +33,9 @@ def test_differences_name_what_changed_and_only_that() -> None:
             "verl": {"version": "0.9.1", "revision": "a" * 40}}
     now = {"torch": {"version": "2.13.0"}, "cann": {"version": "8.5.0"},
            "verl": {"version": "0.9.1", "revision": "b" * 40}, "vllm": {"version": None}}
-    assert manifest.differences(then, then) == []
-    assert manifest.differences(then, now) == [
+    assert manifest_diff.differences(then, then) == []
+    assert manifest_diff.differences(then, now) == [
         {"name": "cann", "then": "8.3.RC1", "now": "8.5.0"},
         {"name": "verl", "then": f"0.9.1 @ {'a' * 12}", "now": f"0.9.1 @ {'b' * 12}"},
         {"name": "vllm", "then": "absent", "now": "not installed"}]
-    assert manifest.differences(None, now) == [] and manifest.differences(then, "x") == []
+    assert manifest_diff.differences(None, now) == [] and manifest_diff.differences(then, "x") == []

@@ -75,7 +75,8 @@ SOC_RANGES: dict[tuple[int, int], AscendHardwareVersion] = {
     (250, 256): AscendHardwareVersion.A3,
     (260, 260): AscendHardwareVersion.A5,
 }
-#: vllm-ascend's own ranges (facts file): A3 stops at 255, where torch_npu goes to 256
+#: vllm-ascend's own ranges (``vllm_ascend/utils.py``): A3 stops at 255, where torch_npu
+#: goes to 256
 VLLM_ASCEND_SOC_RANGES: dict[tuple[int, int], str] = {
     (220, 225): "A2", (250, 255): "A3", (200, 205): "310P", (260, 260): "A5",
 }

@@ -1,6 +1,7 @@
 """Our own batch-invariant op set: the embedded default target, on CPU and any torch device.
 
-Modelled on vLLM's and vllm-ascend's modules (facts file, section 1): the ops live in the
+Modelled on vLLM's ``vllm/model_executor/layers/batch_invariant.py`` and vllm-ascend's
+``vllm_ascend/batch_invariant.py`` (``docs/switch.md``): the ops live in the
 ``batch_invariant_ops`` torch.library namespace (defined as a FRAGMENT, so other libraries
 can add theirs), and ``init_batch_invariance()`` installs them over the aten ops when
 ``VLLM_BATCH_INVARIANT=1``. There is no disable path, on purpose, like the real ones:

@@ -30,7 +30,8 @@ CALLS = {
                  "itself is replaced",
     "tensor_sum": "x.sum(-1) dispatches aten::sum.dim_IntList (x.sum() is aten::sum)",
 }
-#: add_rms_norm output tolerance (the facts file's; the residual is compared exactly)
+#: add_rms_norm output tolerance (the existing Ascend switch test's, verl 2026-09; the
+#: residual is compared exactly)
 RMS_TOLERANCE = 1e-2
 
 

@@ -13,7 +13,7 @@ from harness.stack.dispatch import BATCH_INVARIANT_PREFIX, select_counts
 
 ENTRY_POINT_GROUP = "npu_regress.invariance_targets"
 SWITCH_ENV = "VLLM_BATCH_INVARIANT"
-#: the seven checks of the existing Ascend switch test (facts file, section 1)
+#: the seven checks of the existing Ascend switch regression test (verl, 2026-09)
 CHECKS = ("switch", "mm", "matmul", "torch_sum", "tensor_sum", "add_rms_norm",
           "fused_infer_attention_score")
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import select
 import signal
@@ -38,7 +37,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.isolation import workdirs
+from harness.isolation import messages, workdirs
+from harness.isolation.messages import (
+    Ended,
+    Exec,
+    Fork,
+    NotStarted,
+    Ready,
+    Refused,
+    Started,
+    Unavailable,
+    Warmed,
+    WarmUp,
+)
 
 DEFAULT_PRELOAD = ("torch", "pytest", "harness")
 START_TIMEOUT_S = 180.0
@@ -113,15 +124,15 @@ def _forks_poisoned(torch: Any) -> str | None:
     return None
 
 
-def _child_after_fork(req: dict[str, Any]) -> None:
+def _child_after_fork(req: Fork) -> None:
     """In the forked child (``_spare``, detached from the server): take the request's
     session, cwd, environment and output files, then run harness.isolation.child.main."""
     try:
         os.setsid()
-        os.chdir(req["cwd"])
+        os.chdir(req.cwd)
         os.environ.clear()
-        os.environ.update(req["env"])
-        workdir = Path(req["workdir"])
+        os.environ.update(req.env)
+        workdir = Path(req.workdir)
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(workdir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         err = os.open(workdir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -130,7 +141,7 @@ def _child_after_fork(req: dict[str, Any]) -> None:
             os.close(src)
         from harness.isolation.child import main
 
-        main(req["workdir"])  # ends with os._exit(0)
+        main(req.workdir)  # ends with os._exit(0)
     except OSError as exc:  # its output files cannot be made: a full or read-only disk
         from harness.isolation.child import exit_for_disk_error
 
@@ -163,7 +174,7 @@ def _spare(read_fd: int, closing: list[Any]) -> None:
         while chunk := os.read(read_fd, 65536):
             data += chunk
         os.close(read_fd)
-        req = json.loads(data) if data else None
+        req = messages.decode(data, (Fork,)) if data else None
     except BaseException:  # noqa: BLE001 - never fall back into the server loop
         _flush_and_exit(70)
     if req is None:
@@ -185,14 +196,15 @@ class UnsafeWarmUp(Exception):
 
 
 def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = None) -> None:
-    """Entry point of the server process; prints one JSON handshake line on stdout.
+    """Entry point of the server process; prints one handshake line (``Ready`` or
+    ``Unavailable``) on stdout, then serves until the process that started it is gone.
 
     ``warmup`` (``"module:function"``, argument): called after the preload, to import more
     (a pytest session's collected test modules); what it returns is in the handshake."""
     import importlib
     import importlib.util
 
-    from harness.isolation.child import become_subreaper, end_descendants
+    from harness.isolation.child import become_subreaper
 
     # No PR_SET_PDEATHSIG here: it would kill us before we end our descendants (and it
     # fires when the *thread* that started us exits). Our parent's death reaches us as EOF
@@ -208,52 +220,171 @@ def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = N
                 continue
             importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
-        print(json.dumps({"error": f"preloading {name!r} failed: {type(exc).__name__}: {exc}"}),
-              flush=True)
+        _say(Unavailable(f"preloading {name!r} failed: {type(exc).__name__}: {exc}"))
         return
     warmed: Any = None
     if warmup is not None:
-        answer = _warm(warmup)
-        if "refused" in answer:
-            print(json.dumps({"error": answer["refused"], **answer}), flush=True)
+        answer = _warm(WarmUp(*warmup))
+        if isinstance(answer, Refused):
+            _say(Unavailable(answer.reason, refused=answer.reason))
             return
-        warmed = answer["warmup"]
+        warmed = answer.warmup
     bad = accelerator_state()
     if bad:
-        print(json.dumps({"error": bad + "; forked children would break"}), flush=True)
+        _say(Unavailable(bad + "; forked children would break"))
         return
     _freeze()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    with reachable(sock_path) as short:
-        listener.bind(short)
-    listener.listen(64)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    print(json.dumps({"ready": True, "pid": os.getpid(), "warmup": warmed}), flush=True)
-    waiting: dict[int, socket.socket] = {}
-    execs: dict[int, subprocess.Popen[bytes]] = {}
-    spare: list[tuple[int, int]] = []  # (pid, write end of its request pipe): at most one
+    _Server(sock_path, warmed).run()
 
-    def fork_spare() -> None:
+
+def _say(message: messages.Message) -> None:
+    """The handshake, on stdout."""
+    sys.stdout.write(messages.encode(message).decode())
+    sys.stdout.flush()
+
+
+class _Server:
+    """The server's loop and its state: one method per request kind (``on_<kind>``, as
+    xdist's controller has one per worker event), called by ``dispatch``."""
+
+    def __init__(self, sock_path: str, warmed: Any) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with reachable(sock_path) as short:
+            self.listener.bind(short)
+        self.listener.listen(64)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        #: child pid -> the connection waiting for its status
+        self.waiting: dict[int, socket.socket] = {}
+        self.execs: dict[int, subprocess.Popen[bytes]] = {}
+        #: (pid, write end of its request pipe): at most one child forked ahead
+        self.spare: list[tuple[int, int]] = []
+        _say(Ready(pid=os.getpid(), warmup=warmed))
+
+    def run(self) -> None:
+        from harness.isolation.child import end_descendants
+
+        while True:
+            try:
+                ready, _, _ = select.select([self.listener, self.wake_r, 0], [], [])
+            except InterruptedError:
+                continue
+            if 0 in ready and not _read_or_eof(0):
+                # whoever started us is gone (SIGKILLed pytest, a dead xdist worker): nothing
+                # of the session may outlive it
+                end_descendants()
+                os._exit(0)
+            if self.wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self.wake_r, 512):
+                        pass
+            self.reap()
+            if self.listener in ready:
+                self.accept()
+
+    def reap(self) -> None:
+        """Our forked children, and orphans we adopted as their subreaper; each ended
+        child's status goes to the connection that asked for it."""
+        from harness.isolation.child import end_descendants
+
+        ended: list[tuple[socket.socket, int]] = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            spawned = self.execs.pop(pid, None)
+            if spawned is not None:
+                spawned.returncode = os.waitstatus_to_exitcode(status)  # reaped: never again
+            conn = self.waiting.pop(pid, None)
+            if conn is not None:
+                ended.append((conn, os.waitstatus_to_exitcode(status)))
+        if ended and not self.waiting:
+            # no child in flight: every process still ours but the spare is an orphan a
+            # child left behind (a setsid'd or double-forked grandchild); end it before
+            # anyone hears the child ended
+            end_descendants(keep=frozenset(pid for pid, _ in self.spare))
+        for conn, code in ended:
+            _answer(conn, Ended(code))
+            conn.close()
+
+    def accept(self) -> None:
+        conn, _ = self.listener.accept()
+        try:
+            request = messages.decode(_readline(conn).split(b"\n", 1)[0], messages.REQUESTS)
+        except (OSError, ValueError) as exc:
+            _answer(conn, NotStarted(f"{type(exc).__name__}: {exc}"))
+            conn.close()
+            return
+        self.dispatch(conn, request)
+
+    def dispatch(self, conn: socket.socket, request: messages.Message) -> None:
+        getattr(self, f"on_{request.kind}")(conn, request)
+
+    def on_warm_up(self, conn: socket.socket, request: WarmUp) -> None:
+        """More to import before the first child (after collection)."""
+        from harness.isolation.child import end_descendants
+
+        answer = _warm(request)
+        while self.spare:  # forked before the warm-up: it would not hold what it loaded
+            os.close(self.spare.pop()[1])
+        bad = accelerator_state()
+        if bad and not isinstance(answer, Refused):
+            answer = Refused(bad.replace(" in the forkserver", ""))
+        _answer(conn, answer)
+        conn.close()
+        if isinstance(answer, Refused):  # forking from here is unsafe now: serve no more
+            end_descendants()
+            os._exit(0)
+        _freeze()
+
+    def on_fork(self, conn: socket.socket, request: Fork) -> None:
+        try:
+            pid = self.hand_to_spare(request)
+        except OSError as exc:
+            _answer(conn, NotStarted(f"{type(exc).__name__}: {exc}"))
+            conn.close()
+            return
+        self.started(conn, pid)
+        self.fork_spare()  # for the next request, while this child runs
+
+    def on_exec(self, conn: socket.socket, request: Exec) -> None:
+        """The spawn supervisor: a fresh interpreter."""
+        try:
+            proc = _exec_child(Path(request.workdir), request.argv, request.env, request.cwd)
+        except OSError as exc:
+            _answer(conn, NotStarted(f"{type(exc).__name__}: {exc}"))
+            conn.close()
+            return
+        self.execs[proc.pid] = proc
+        self.started(conn, proc.pid)
+
+    def started(self, conn: socket.socket, pid: int) -> None:
+        self.waiting[pid] = conn
+        _answer(conn, Started(pid))
+
+    def fork_spare(self) -> None:
         read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(write_fd)
-            _spare(read_fd, [listener, wake_r, wake_w, *waiting.values(),
-                             *(fd for _, fd in spare)])
+            _spare(read_fd, [self.listener, self.wake_r, self.wake_w, *self.waiting.values(),
+                             *(fd for _, fd in self.spare)])
         os.close(read_fd)
-        spare.append((pid, write_fd))
+        self.spare.append((pid, write_fd))
 
-    def hand_to_spare(req: dict[str, Any]) -> int:
+    def hand_to_spare(self, request: Fork) -> int:
         for _ in range(2):  # a spare that died meanwhile (a stray kill): fork another
-            if not spare:
-                fork_spare()
-            pid, write_fd = spare.pop()
+            if not self.spare:
+                self.fork_spare()
+            pid, write_fd = self.spare.pop()
             try:
-                os.write(write_fd, json.dumps(req).encode())  # blocks until it is all read
+                os.write(write_fd, messages.encode(request))  # blocks until it is all read
                 return pid
             except OSError:
                 continue
@@ -261,98 +392,24 @@ def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = N
                 os.close(write_fd)
         raise OSError("could not hand the request to a forked child")
 
-    while True:
-        try:
-            ready, _, _ = select.select([listener, wake_r, 0], [], [])
-        except InterruptedError:
-            continue
-        if 0 in ready and not _read_or_eof(0):
-            # whoever started us is gone (SIGKILLed pytest, a dead xdist worker): nothing
-            # of the session may outlive it
-            end_descendants()
-            os._exit(0)
-        if wake_r in ready:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(wake_r, 512):
-                    pass
-        ended: list[tuple[socket.socket, int]] = []
-        while True:  # our forked children, and orphans we adopted as their subreaper
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            spawned = execs.pop(pid, None)
-            if spawned is not None:
-                spawned.returncode = os.waitstatus_to_exitcode(status)  # reaped: never again
-            conn = waiting.pop(pid, None)
-            if conn is not None:
-                ended.append((conn, os.waitstatus_to_exitcode(status)))
-        if ended and not waiting:
-            # no child in flight: every process still ours but the spare is an orphan a
-            # child left behind (a setsid'd or double-forked grandchild); end it before
-            # anyone hears the child ended
-            end_descendants(keep=frozenset(pid for pid, _ in spare))
-        for conn, code in ended:
-            with contextlib.suppress(OSError):
-                conn.sendall(json.dumps({"status": code}).encode() + b"\n")
-            conn.close()
-        if listener in ready:
-            conn, _ = listener.accept()
-            try:
-                req = json.loads(_readline(conn))
-            except (OSError, ValueError):
-                conn.close()
-                continue
-            if "warmup" in req:  # more to import before the first child (after collection)
-                answer = _warm(req["warmup"])
-                while spare:  # forked before the warm-up: it would not hold what it loaded
-                    os.close(spare.pop()[1])
-                bad = accelerator_state()
-                if bad and "refused" not in answer:
-                    answer = {"refused": bad.replace(" in the forkserver", "")}
-                with contextlib.suppress(OSError):
-                    conn.sendall(json.dumps(answer).encode() + b"\n")
-                conn.close()
-                if "refused" in answer:  # forking from here is unsafe now: serve no more
-                    end_descendants()
-                    os._exit(0)
-                _freeze()
-                continue
-            try:
-                if "argv" in req:  # the spawn supervisor: a fresh interpreter
-                    proc = _exec_child(Path(req["workdir"]), req["argv"], req["env"],
-                                       req["cwd"])
-                    pid = proc.pid
-                    execs[pid] = proc
-                else:
-                    pid = hand_to_spare(req)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    conn.sendall(json.dumps({"error": f"{type(exc).__name__}: {exc}"})
-                                 .encode() + b"\n")
-                conn.close()
-                continue
-            waiting[pid] = conn
-            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-            if "argv" not in req:
-                fork_spare()  # for the next request, while this child runs
+
+def _answer(conn: socket.socket, message: messages.Message) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall(messages.encode(message))
 
 
-def _warm(warmup: tuple[str, str] | list[str]) -> dict[str, Any]:
-    """Run a warm-up hook (``"module:function"``, argument): ``{"warmup": what it
-    returned}``, or ``{"refused": why}`` when forking from here is no longer safe."""
+def _warm(request: WarmUp) -> Warmed | Refused:
+    """Run a warm-up hook (``"module:function"``, argument): what it returned, or why
+    forking from here is no longer safe."""
     import importlib
 
-    hook, argument = warmup
-    module, _, function = hook.partition(":")
+    module, _, function = request.hook.partition(":")
     try:
-        return {"warmup": getattr(importlib.import_module(module), function)(argument)}
+        return Warmed(getattr(importlib.import_module(module), function)(request.argument))
     except UnsafeWarmUp as exc:
-        return {"refused": str(exc)}
+        return Refused(str(exc))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
-        return {"refused": f"the warm-up {hook} failed: {type(exc).__name__}: {exc}"}
+        return Refused(f"the warm-up {request.hook} failed: {type(exc).__name__}: {exc}")
 
 
 def _freeze() -> None:
@@ -423,7 +480,7 @@ class _ForkedHandle:
                 self._buf += chunk
         except (TimeoutError, BlockingIOError):
             return None
-        self._rc = int(json.loads(self._buf.split(b"\n", 1)[0])["status"])
+        self._rc = messages.decode(self._buf.split(b"\n", 1)[0], (Ended,)).status
         self.conn.close()
         return self._rc
 
@@ -464,20 +521,20 @@ class ForkServerLauncher:
         """Wait for the server's handshake (it boots while we do other work); raise
         ``ForkServerUnavailable`` with its reason if it cannot serve."""
         if not self._ready and self._error is None:
-            line = self._handshake()
-            if "error" in line:
-                self._error = line["error"]
-                self.refused = line.get("refused")
+            hello = self._handshake()
+            if isinstance(hello, Unavailable):
+                self._error = hello.error
+                self.refused = hello.refused
                 self.close()
             else:
                 self._ready = True
-                self.warmed = line.get("warmup")
+                self.warmed = hello.warmup
         if self._error is not None:
             raise ForkServerUnavailable(self._error)
         if not self.alive():
             raise ForkServerUnavailable(f"the forkserver died (exit code {self.proc.returncode})")
 
-    def _handshake(self) -> dict[str, Any]:
+    def _handshake(self) -> Ready | Unavailable:
         assert self.proc.stdout is not None
         timer = threading.Timer(START_TIMEOUT_S, self.proc.kill)
         timer.start()
@@ -485,11 +542,14 @@ class ForkServerLauncher:
             raw = self.proc.stdout.readline()
         finally:
             timer.cancel()
-        try:
-            return json.loads(raw)
-        except ValueError:
+        if not raw:
             rc = self.proc.wait()
-            return {"error": f"the forkserver exited (code {rc}) before it was ready"}
+            return Unavailable(f"the forkserver exited (code {rc}) before it was ready")
+        try:
+            return messages.decode(raw, messages.HANDSHAKE)
+        except messages.ProtocolError as exc:
+            self.proc.kill()
+            return Unavailable(f"the forkserver's handshake was not one: {exc}")
 
     def warm(self, warmup: tuple[str, str]) -> None:
         """Ask the running server to run a warm-up hook (``serve``'s ``warmup``) before its
@@ -500,17 +560,17 @@ class ForkServerLauncher:
         try:
             with reachable(self.sock_path) as short:
                 conn.connect(short)
-            conn.sendall(json.dumps({"warmup": list(warmup)}).encode() + b"\n")
-            answer = json.loads(_readline(conn).split(b"\n", 1)[0])
+            conn.sendall(messages.encode(WarmUp(*warmup)))
+            answer = messages.decode(_readline(conn).split(b"\n", 1)[0], (Warmed, Refused))
         except (OSError, ValueError) as exc:
-            answer = {"refused": f"the warm-up request failed: {type(exc).__name__}: {exc}"}
+            answer = Refused(f"the warm-up request failed: {type(exc).__name__}: {exc}")
         finally:
             conn.close()
-        if "refused" in answer:
-            self.refused = self._error = answer["refused"]
+        if isinstance(answer, Refused):
+            self.refused = self._error = answer.reason
             self.close()
         else:
-            self.warmed = answer.get("warmup")
+            self.warmed = answer.warmup
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -532,13 +592,12 @@ class ForkServerLauncher:
         """A child forked from the server, or ``argv`` started by it (spawn)."""
         self.ensure_ready()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        req: dict[str, Any] = {"workdir": str(workdir), "env": env, "cwd": cwd}
-        if argv is not None:
-            req["argv"] = argv
+        request = Fork(str(workdir), env, cwd) if argv is None else \
+            Exec(str(workdir), env, cwd, argv)
         try:
             with reachable(self.sock_path) as short:
                 conn.connect(short)
-            conn.sendall(json.dumps(req).encode() + b"\n")
+            conn.sendall(messages.encode(request))
             line, rest = _readline(conn).split(b"\n", 1)
         except OSError as exc:
             conn.close()
@@ -547,11 +606,11 @@ class ForkServerLauncher:
             if self.alive():
                 raise
             raise ServerGone(f"{ended}") from exc
-        answer = json.loads(line)
-        if "error" in answer:
+        answer = messages.decode(line, (Started, NotStarted))
+        if isinstance(answer, NotStarted):
             conn.close()
-            raise OSError(f"the isolation server could not start the child: {answer['error']}")
-        return _ForkedHandle(conn, int(answer["pid"]), rest, self)
+            raise OSError(f"the isolation server could not start the child: {answer.error}")
+        return _ForkedHandle(conn, answer.pid, rest, self)
 
     def close(self) -> None:
         if self.proc.poll() is None:

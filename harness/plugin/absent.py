@@ -6,18 +6,12 @@ skips with the reason and the number of cases it stands for, the others are dese
 (pytest counts them as such).
 
 Targets say they are absent through the hook ``pytest_harness_absent_target(item)`` (a
-reason, or None); built in: ``bi_target`` (``InvarianceTarget.unavailable``)."""
+reason, or None; ``harness.plugin.hookspecs``); built in: ``bi_target``
+(``InvarianceTarget.unavailable``)."""
 
 from __future__ import annotations
 
 import pytest
-
-
-class AbsentHookspecs:
-    @pytest.hookspec(firstresult=True)
-    def pytest_harness_absent_target(self, item: pytest.Item) -> tuple[str, str] | None:
-        """``(target name, why it is absent)`` when ``item`` is a case of a target this
-        session cannot run at all, else None. Cheap and import-free: called at collection."""
 
 
 class AbsentTargets:

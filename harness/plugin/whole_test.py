@@ -53,13 +53,6 @@ LONGREPR_KEY = pytest.StashKey[Any]()
 FORK_GUARD_KEY = pytest.StashKey[str]()
 
 
-class HarnessHookspecs:
-    @pytest.hookspec(firstresult=True)
-    def pytest_harness_accelerator_state(self, config: pytest.Config) -> str | None:
-        """Why forking the pytest process now would be unsafe (an accelerator is initialised,
-        or the process is in a bad-fork state), or None. Implement it to inject a state."""
-
-
 def default_accelerator_state() -> str | None:
     """``accelerator_state`` plus torch's own bad-fork flags, for this (pytest) process."""
     import sys

@@ -305,7 +305,7 @@ def _streak_start(past: Past | None, letters: str, date: str, same: frozenset[st
 def _bisect_hint(cell: Cell, past: Past, letters: str, run: RunResults) -> None:
     """What changed in the runner's stack between the last night the test passed and
     tonight: the first question at 3 a.m."""
-    from harness.report.manifest import differences
+    from harness.report.manifest_diff import differences
 
     for night, letter in zip(reversed(past.nights), reversed(letters), strict=True):
         if letter in PASSING_LETTERS:

@@ -1,4 +1,4 @@
-"""A stack manifest as the results header holds it (written by ``harness.plugin.manifest``):
+"""A stack manifest as the results header holds it (written by ``harness.plugin.stack_manifest``):
 one entry per component, shown as text, and what changed between two nights (the bisect
 hint)."""
 

@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from harness.report.manifest import differences, shown  # noqa: F401 - one format
-
 #: manifest key -> distribution name
 PACKAGES = {
     "npu-regress": "npu-regress", "torch": "torch", "torch_npu": "torch-npu",

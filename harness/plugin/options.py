@@ -1,0 +1,132 @@
+"""The plugin's command-line options and ini keys (``pytest --help``, group npu-regress),
+and reading them back: a value given on the command line wins over its ini key. Bad values
+are usage errors that name the option and the fix, raised before any process starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harness.isolation.server import DEFAULT_PRELOAD
+from harness.stack.devices import KINDS
+
+DEFAULT_TIMEOUT_S = 180.0
+ISOLATION_CHOICES = ("auto", "spawn", "forkserver")
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("npu-regress", "npu-regress: isolated hardware-regression checks")
+    group.addoption(
+        "--device", dest="harness_device", choices=("auto", *KINDS), default=None,
+        help="device the isolated children run on: auto (NPU if torch_npu sees one, else "
+        "CUDA, else CPU), npu, cuda or cpu. Default: ini harness_device, else auto.",
+    )
+    group.addoption(
+        "--device-count", dest="harness_device_count", type=int, default=None, metavar="N",
+        help="number of devices to spread xdist workers over (worker k -> device k mod N), "
+        "instead of the detected count; also skips the availability probe for --device.",
+    )
+    group.addoption(
+        "--isolation-timeout", dest="harness_isolation_timeout", type=float, default=None,
+        metavar="SECONDS",
+        help="seconds an isolated child may run before its stacks are taken and its process "
+        "group is ended. Default: ini harness_isolation_timeout, else 180. Per test: "
+        "@pytest.mark.isolation_timeout(seconds).",
+    )
+    group.addoption(
+        "--isolation", dest="harness_isolation", choices=ISOLATION_CHOICES, default=None,
+        help="how isolated children start: forkserver (forked from a server that preloaded "
+        "torch: ~ms per check; env vars read at import time are fixed), spawn (a fresh "
+        "interpreter per check), or auto (forkserver, else spawn with a warning). "
+        "Default: ini harness_isolation, else auto.",
+    )
+    group.addoption(
+        "--isolation-preload", dest="harness_isolation_preload", default=None,
+        metavar="MODULES",
+        help="comma-separated modules the forkserver imports before serving. Default: ini "
+        f"harness_isolation_preload, else {','.join(DEFAULT_PRELOAD)}.",
+    )
+    group.addoption(
+        "--bi-target", dest="bi_targets", action="append", default=None, metavar="NAME",
+        help="batch-invariance target to check (repeatable): reference, vllm_ascend, vllm, or "
+        "one added through the npu_regress.invariance_targets entry points. Default: every "
+        "known target; those that cannot run here skip with the reason.",
+    )
+    group.addoption(
+        "--harness-results", dest="harness_results", default=None, metavar="PATH",
+        help="write one JSON line per finished test (plus a run header and footer) to PATH. "
+        "Default: ini harness_results; `pytest suites/` defaults to "
+        "reports/latest/results.jsonl. Empty: off.",
+    )
+    group.addoption(
+        "--harness-runner", dest="harness_runner", default=None, metavar="NAME",
+        help="runner name recorded in the results file (default: $HARNESS_RUNNER, else the "
+        "host name)",
+    )
+    group.addoption(
+        "--isolate-all", dest="harness_isolate_all", action="store_true", default=False,
+        help="run every test's call phase in a fresh process (as @pytest.mark.isolated "
+        "does): the test function with its resolved fixture values, which must pickle",
+    )
+    group.addoption(
+        "--harness-require", dest="harness_require", default=None, metavar="NAME[,NAME...]",
+        help="capabilities this runner must have: npu, torch_npu, vllm, vllm_ascend, verl, "
+        "batch_invariant_ops, cann>=VERSION, driver>=VERSION. A test that skips because "
+        "one is missing fails, naming it, and a missing one fails the run. Default: ini "
+        "harness_require (none).",
+    )
+    parser.addini("harness_results", "default for --harness-results", default="")
+    parser.addini("harness_require", "default for --harness-require", default="")
+    parser.addini("harness_device", "default for --device", default="auto")
+    parser.addini("harness_isolation", "default for --isolation", default="auto")
+    parser.addini("harness_isolation_preload", "default for --isolation-preload",
+                  default=",".join(DEFAULT_PRELOAD))
+    parser.addini("harness_isolation_timeout", "default for --isolation-timeout",
+                  default=str(DEFAULT_TIMEOUT_S))
+
+
+def option(config: pytest.Config, name: str) -> Any:
+    """The command-line value of ``name``, else its ini key's."""
+    value = config.getoption(name)
+    return config.getini(name) if value is None else value
+
+
+def positive_timeout(value: Any) -> float:
+    """--isolation-timeout / harness_isolation_timeout as seconds > 0: a zero or negative
+    limit would fail every check "still running after -5 s"."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise pytest.UsageError(
+            f"--isolation-timeout / harness_isolation_timeout = {value!r}: give a number of "
+            f"seconds greater than 0 (default {DEFAULT_TIMEOUT_S:g})")
+    return seconds
+
+
+def device_count(config: pytest.Config) -> int | None:
+    count = config.getoption("harness_device_count")
+    if count is not None and count < 1:
+        raise pytest.UsageError(
+            f"--device-count {count}: the number of devices must be 1 or more (leave the "
+            "option out to use the detected count)")
+    return count
+
+
+def isolation_method(config: pytest.Config) -> str:
+    method = option(config, "harness_isolation")
+    if method not in ISOLATION_CHOICES:
+        raise pytest.UsageError(
+            f"harness_isolation = {method!r}: use one of {', '.join(ISOLATION_CHOICES)}")
+    return method
+
+
+def preload(config: pytest.Config) -> tuple[tuple[str, ...], bool]:
+    """The forkserver's preload list, and whether the user chose it (kept under a warm-up)."""
+    modules = tuple(m.strip() for m in option(config, "harness_isolation_preload").split(",")
+                    if m.strip())
+    explicit = config.getoption("harness_isolation_preload") is not None \
+        or config.getini("harness_isolation_preload") != ",".join(DEFAULT_PRELOAD)
+    return modules, explicit

@@ -1,0 +1,125 @@
+"""The results file's contract, shared by its writer (``harness.plugin.results``) and its
+reader (``harness.report.load``): the schema version, the four line types and their fields,
+the outcomes, and how a line is laid out (type, id and outcome first, so that a reader that
+cannot parse a huge or deeply nested line still finds them in its first bytes).
+
+A file is JSON lines: one ``header``, ``collected`` lines (the ids the session means to
+run), one ``test`` line per finished test (a teardown error is a second line for the same
+id), and one ``footer``; a file without a footer is a run cut short. A reader checks the
+header's ``schema``: a file written by a newer schema is read as far as it goes, and said."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypedDict
+
+#: bumped when a field changes meaning or a line type is added; readers say when a file is
+#: newer than they are
+SCHEMA = 1
+
+HEADER, COLLECTED, TEST, FOOTER = "header", "collected", "test", "footer"
+LINE_TYPES = (HEADER, COLLECTED, TEST, FOOTER)
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+#: the keys every line starts with, in this order, where it has them
+FIRST_KEYS = ("type", "id", "outcome")
+
+
+class Header(TypedDict, total=False):
+    type: str
+    schema: int
+    runner: str
+    host: str
+    platform: str
+    python: str
+    packages: dict[str, str | None]
+    git_commit: str | None
+    start: str  # ISO 8601, UTC
+    device: dict[str, Any]
+    hardware: dict[str, Any] | None
+    isolation: str
+    args: list[str]
+    #: the stack manifest (``harness.plugin.stack_manifest``)
+    manifest: dict[str, dict[str, Any]] | None
+    #: the stack profile and the pairing verdict (``harness.plugin.verdicts``)
+    stack: dict[str, Any] | None
+
+
+class Collected(TypedDict):
+    type: str
+    total: int
+    ids: list[str]
+
+
+class Child(TypedDict, total=False):
+    """One isolated child of a test (``harness.plugin.results.child_record``)."""
+
+    pid: int | None
+    method: str
+    outcome: str
+    recorder: str | None
+    exitcode: int | None
+    signal: str | None
+    summary: str
+    duration: float
+    stdout_tail: str
+    stderr_tail: str
+    notes: list[str]
+
+
+class Test(TypedDict, total=False):
+    type: str
+    id: str
+    outcome: str  # one of OUTCOMES
+    when: str  # setup, call or teardown: the phase that ended the test
+    duration: float
+    device: str
+    hardware: str | None
+    isolation: str
+    dispatch_events: dict[str, int] | None
+    logprob_report: Any
+    dispatcher_footprint: dict[str, list[str]] | None
+    patch_guard: Any
+    #: the cause before the verdict: release-finding, known-finding, harness,
+    #: stand-in-limit, upstream-drift, unsupported-stack, forward-compat...
+    category: str | None
+    verdict: dict[str, str] | None
+    release_finding: Any
+    upstream_drift: Any
+    children: list[Child]
+    reason: str  # a skip's or an xfail's
+    longrepr: str  # a failure's text, its tail
+
+
+class Footer(TypedDict, total=False):
+    type: str
+    end: str
+    exitstatus: int
+    interrupted: bool
+    signal: str | None
+    collected: int | None
+    counts: dict[str, int]
+    duration: float
+
+
+def line(record: Header | Collected | Test | Footer | dict[str, Any]) -> str:
+    """One line of the results file: ``FIRST_KEYS`` first, the rest sorted."""
+    first = {key: record[key] for key in FIRST_KEYS if key in record}  # type: ignore[literal-required]
+    rest = {key: value for key, value in record.items() if key not in first}
+    text = json.dumps(first, default=str)
+    if rest:
+        tail = json.dumps(rest, default=str, sort_keys=True)
+        text = text[:-1] + ", " + tail[1:] if first else tail
+    return text + "\n"
+
+
+def schema_problem(header: dict[str, Any]) -> str | None:
+    """Why this reader cannot trust its reading of a file with ``header``, or None."""
+    version = header.get("schema")
+    if version is None:
+        return None  # written before the field existed: schema 1
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        return f"header schema {str(version)[:40]!r} is not a schema version"
+    if version > SCHEMA:
+        return (f"written with results schema {version}, newer than this reader's "
+                f"{SCHEMA}: read as far as it goes; update npu-regress to read it whole")
+    return None
