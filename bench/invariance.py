@@ -35,7 +35,7 @@ def measure(on: bool, dtype: str, source: str = "tiny") -> dict[str, float]:
     os.environ["VLLM_BATCH_INVARIANT"] = "1" if on else "0"
     from harness.invariance import reference
     from harness.logprobs import TinyDecoder
-    from harness.logprobs.engine import make_sequences
+    from harness.logprobs.invariance_check import make_sequences
 
     reference.init_batch_invariance()
     model: Any

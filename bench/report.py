@@ -47,10 +47,10 @@ def write_results(path: Path, n: int, day: int = 30) -> None:
 
 
 def write_realistic(path: Path, n: int, day: int = 30) -> None:
-    """``n`` tests written as the harness writes them (``harness.plugin.results.results_line``:
+    """``n`` tests written as the harness writes them (``harness.report.schema.line``:
     every field, a child record with its output tails, dispatch events), about 590 bytes
     a line: 1,000,000 lines make a file of about 590 MB."""
-    from harness.plugin.results import results_line
+    from harness.report.schema import line as results_line
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as out:

@@ -8,7 +8,7 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
-from harness.report import history as hist
+from harness.report import history_folder as hist
 from harness.report.compare import check_clocks, compare, tonight_date
 from harness.report.load import Problems, load_any
 from harness.report.render import render
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"nights to keep, 1 or more (default {hist.DEFAULT_KEEP})")
     add_p.add_argument("--date", type=_date, help="file under this date (YYYY-MM-DD) "
                        "instead of the results' start date (UTC)")
-    from harness.patches import cli as patches_cli
+    from harness.patches import fingerprint_report as patches_cli
 
     patches_cli.add_parser(top)
     return parser
@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "patches":
-        from harness.patches import cli as patches_cli
+        from harness.patches import fingerprint_report as patches_cli
 
         return patches_cli.run(args)
     if args.action == "history":
@@ -118,4 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"npu-regress: {lost} result line(s) could not be read "
               f"({sum(run.recovered for run in tonight)} recovered by id and outcome): the "
               "report says so on its first screen; exit status 1", file=sys.stderr)
-    return 1 if bad or lost else 0
+    newer = [run for run in tonight if run.schema_problem]
+    for run in newer:
+        print(f"npu-regress: {run.path}: {run.schema_problem}; exit status 1", file=sys.stderr)
+    return 1 if bad or lost or newer else 0

@@ -26,12 +26,10 @@ def test_switch(invariance_target: InvarianceTarget, check: str, enabled: bool,
                      env=invariance_target.switch_env(enabled),
                      events=invariance_target.event_patterns(), timeout=budget)
     record_property("recorder", res.recorder)
-    record_property("switch_evidence", {k: v for k, v in res.value.items()
-                                        if k not in ("out", "residual_out",
-                                                     "dispatcher_footprint")})
+    record_property("switch_evidence", res.value.shown())
     # every operator and dispatch key the switch changed: the target's whole footprint when
     # on, and a failure below when off
-    record_property("dispatcher_footprint", res.value["dispatcher_footprint"])
+    record_property("dispatcher_footprint", res.value.dispatcher_footprint)
     problems = judge(invariance_target, check, enabled, inputs, res.value, res.events)
     release = invariance_target.release()
     if problems and release != invariance_target.name:

@@ -225,7 +225,7 @@ def test_a_tensor_parallel_source_whose_workers_did_not_run_is_vacuous() -> None
     """The engine's TP rows prove their ranks from the worker processes seen, not from the
     configuration: one worker for a 2-rank claim is vacuous."""
     from harness.logprobs.cases import _check_ranks
-    from harness.logprobs.engine import InvarianceReport
+    from harness.logprobs.invariance_check import InvarianceReport
 
     class _Src:
         tp_workers = ["VLLM::Worker_TP0"]

@@ -13,7 +13,7 @@ import torch
 
 from harness import run_isolated
 from harness.logprobs import TinyDecoder, check_batch_invariance, compare_bits, vllm_source
-from harness.logprobs.engine import InvarianceReport, Mismatch, slot_positions
+from harness.logprobs.invariance_check import InvarianceReport, Mismatch, slot_positions
 
 PERTURBED_TOKEN = 5
 
@@ -318,7 +318,7 @@ def test_inverse_control_fails_when_the_comparison_is_broken(pytester: pytest.Py
         "def run_on_npu(run_on_npu):\n"
         "    def broken(fn, *args, **kwargs):\n"
         "        def blind(*a):\n"
-        "            import harness.logprobs.engine as engine\n"
+        "            import harness.logprobs.invariance_check as engine\n"
         "            engine.compare_bits = lambda ref, got: None\n"
         "            return fn(*a)\n"
         "        return run_on_npu(blind, *args, **kwargs)\n"

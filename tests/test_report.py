@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli
-from harness.report import history as hist
+from harness.report import history_folder as hist
 from harness.report.compare import compare
 from harness.report.load import load_results
 from tests.conftest import needs_torch

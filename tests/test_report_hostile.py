@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli
-from harness.report import history as hist
+from harness.report import history_folder as hist
 from harness.report.compare import compare
 from harness.report.load import load_results
 from tests.test_report import _test, _write
@@ -198,3 +198,38 @@ def test_a_1000_character_id_wraps_inside_its_column(tmp_path: Path) -> None:
     assert "td.test-id { min-width: 12em; max-width: 40em; overflow-wrap: anywhere; }" in css
     assert long_id in (tmp_path / "out" / "report.html").read_text()
     assert compare([load_results(tmp_path / "a3-2026-11-30.jsonl")], []).tests == [long_id]
+
+
+def test_the_writer_and_the_loader_share_one_schema(pytester: pytest.Pytester) -> None:
+    """The writer stamps ``harness.report.schema.SCHEMA`` in the header and lays each line out
+    with ``schema.line``; the loader reads every line type it writes."""
+    from harness.report import schema
+
+    pytester.makepyfile(test_s="def test_a(): pass\ndef test_b(): assert 0\n")
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--harness-results=r.jsonl")
+    lines = [json.loads(x) for x in (pytester.path / "r.jsonl").read_text().splitlines()]
+    assert [x["type"] for x in lines] == [schema.HEADER, schema.COLLECTED, schema.TEST,
+                                          schema.TEST, schema.FOOTER]
+    assert lines[0]["schema"] == schema.SCHEMA
+    raw = (pytester.path / "r.jsonl").read_text().splitlines()[2]
+    assert raw.startswith('{"type": "test", "id": "test_s.py::test_a", "outcome": "passed"')
+    run = load_results(pytester.path / "r.jsonl")
+    assert run.schema_problem is None and run.footer is not None and run.collected == 2
+    assert {t.outcome for t in run.tests.values()} == {"passed", "failed"}
+
+
+def test_a_file_of_a_newer_schema_is_read_and_said(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A night written by a newer npu-regress: what can be read is, and the reader says it
+    may misread the rest (exit status 1), instead of a quiet partial page."""
+    from harness.report import schema
+
+    newer = _write(tmp_path / "a3.jsonl", [
+        {"type": "header", "runner": "a3", "start": "2026-12-01T00:00:00+00:00",
+         "schema": schema.SCHEMA + 1},
+        _test("t::a", "passed"), {"type": "footer", "exitstatus": 0}])
+    run = load_results(newer)
+    assert run.schema_problem and f"schema {schema.SCHEMA + 1}" in run.schema_problem
+    assert list(run.tests) == ["t::a"]
+    assert cli(["report", "render", str(newer), "--out", str(tmp_path / "out")]) == 1
+    assert "newer than this reader's" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli
-from harness.report import history as hist
+from harness.report import history_folder as hist
 from harness.report.load import load_results
 from tests.process_checks import PYTEST_AT_A_TERMINAL
 from tests.test_report import FOOTER, _header, _test, _write

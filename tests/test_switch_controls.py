@@ -13,7 +13,7 @@ import pytest
 from harness import run_isolated
 from harness.invariance import CHECKS, get_target, registry, switch_env
 from harness.invariance.adapters import ReferenceTarget, VllmAscendTarget, VllmTarget
-from harness.invariance.switch import case_inputs, judge, run_switch_case
+from harness.invariance.switch import SwitchObservation, case_inputs, judge, run_switch_case
 
 
 class OnRegistersNothing(ReferenceTarget):
@@ -131,7 +131,7 @@ def test_on_names_the_whole_footprint() -> None:
     inputs = case_inputs("switch")
     res = run_isolated(run_switch_case, target, "switch", True, inputs, method="forkserver",
                        env=switch_env(True), events=target.event_patterns())
-    assert res.value["dispatcher_footprint"] == {
+    assert res.value.dispatcher_footprint == {
         "aten::_log_softmax": ["CPU"], "aten::matmul": ["CPU"], "aten::mean.dim": ["CPU"],
         "aten::mm": ["CPU"], "aten::silu": ["CPU"]}
 
@@ -152,8 +152,8 @@ def test_reference_passes_every_case(check: str, enabled: bool) -> None:
 def test_wrong_values_are_caught() -> None:
     target = ReferenceTarget()
     inputs = case_inputs("mm")
-    got = {"switch_env": "1", "enabled_by_identity": True,
-           "out": (inputs["a"].float() @ inputs["b"].float()) + 1}
+    got = SwitchObservation(switch_env="1", enabled_by_identity=True,
+                            outputs={"out": (inputs["a"].float() @ inputs["b"].float()) + 1})
     problems = judge(target, "mm", True, inputs, got, {"batch_invariant_ops::mm": 1})
     assert problems == ["mm out differs from the fp32 CPU reference (max abs diff 1.0); "
                         "rtol=0, atol=0 required"]
@@ -282,7 +282,7 @@ def test_a_release_that_registers_nothing_fails_on_events(check: str) -> None:
     problems = judge(target, check, True, inputs, res.value, res.events)
     assert any(p.startswith(f"expected {target.OPS[check]} to run, but it ran 0 times")
                for p in problems), problems
-    assert res.value["enabled_by_identity"] is True  # identity alone could not tell
+    assert res.value.enabled_by_identity is True  # identity alone could not tell
 
 
 def test_vllm_ascend_unavailable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -338,7 +338,7 @@ def test_real_vllm_switch_on_cpu() -> None:
                            method="forkserver", env=switch_env(enabled),
                            events=target.event_patterns())
         assert judge(target, "switch", enabled, inputs, res.value, res.events) == []
-        assert res.value["dispatcher_footprint"] == (VLLM_CPU_FOOTPRINT if enabled else {})
+        assert res.value.dispatcher_footprint == (VLLM_CPU_FOOTPRINT if enabled else {})
 
 
 def _vllm_without_lib(enabled: bool) -> dict:  # type: ignore[type-arg]

@@ -40,10 +40,10 @@ def test_real_verl_turns_the_switch(enabled: bool) -> None:
     _needs_verl()
     got, problems = _switch_case(run_switch_case, VerlTarget(), enabled)
     assert problems == []
-    assert got["dispatcher_footprint"] == (VLLM_ASCEND_FOOTPRINT if enabled else {})
-    assert got["enabled_by_identity"] is enabled
-    assert got["ray_worker_env"]["VLLM_BATCH_INVARIANT"] == ("1" if enabled else "0")
-    assert got["switch_env"] == ("1" if enabled else None)  # verl sets it only when on
+    assert got.dispatcher_footprint == (VLLM_ASCEND_FOOTPRINT if enabled else {})
+    assert got.enabled_by_identity is enabled
+    assert got.evidence["ray_worker_env"]["VLLM_BATCH_INVARIANT"] == ("1" if enabled else "0")
+    assert got.switch_env == ("1" if enabled else None)  # verl sets it only when on
 
 
 def _verl_ignores_false(*args: Any) -> dict:  # type: ignore[type-arg]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.invariance import SWITCH_ENV, InvarianceTarget, declared, get_target
@@ -81,8 +82,42 @@ def _host(t: Any) -> Any:
     return None if t is None else t.float().cpu()
 
 
+@dataclass
+class SwitchObservation:
+    """What the child saw in one switch case; the parent's ``judge`` reads only this.
+
+    Each check fills its own fields (None where a check does not look): ``outputs`` (the
+    op's results on the host, by name: ``out``, ``residual_out``), ``torch_sum_replaced``,
+    ``rstd_is_none``, ``rebound`` and ``bound``."""
+
+    #: VLLM_BATCH_INVARIANT in the child after the switch was set
+    switch_env: str | None
+    #: the target's own "is it on" (its library object, its flag)
+    enabled_by_identity: bool
+    #: operator -> the dispatch keys whose kernel the switch changed
+    dispatcher_footprint: dict[str, list[str]] = field(default_factory=dict)
+    #: what the declared overrides (``declared.toml``) read in the child (None: not read)
+    declared_state: dict[str, Any] | None = None
+    #: the warnings the switch logged
+    switch_log: list[str] = field(default_factory=list)
+    #: the target's own facts (``InvarianceTarget.evidence``), for its ``judge_evidence``
+    evidence: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    torch_sum_replaced: bool | None = None
+    rstd_is_none: bool | None = None
+    rebound: bool | None = None
+    bound: str | None = None
+
+    def shown(self) -> dict[str, Any]:
+        """The observation without its tensors or the footprint (a property of its own), for
+        the test's ``switch_evidence`` property."""
+        seen = {k: v for k, v in vars(self).items()
+                if k not in ("outputs", "dispatcher_footprint", "evidence") and v is not None}
+        return {**seen, **self.evidence}
+
+
 def run_switch_case(target: str | InvarianceTarget, check: str, enabled: bool,
-                    inputs: dict[str, Any]) -> dict[str, Any]:
+                    inputs: dict[str, Any]) -> SwitchObservation:
     """Child side of one case: set the switch, run the op once, report what happened."""
     import torch
 
@@ -93,30 +128,30 @@ def run_switch_case(target: str | InvarianceTarget, check: str, enabled: bool,
     before = registrations()
     with _warnings_logged(tgt.loggers) as logged:
         tgt.set_switch(enabled)
-    got: dict[str, Any] = {"switch_env": os.environ.get(SWITCH_ENV),
-                           "enabled_by_identity": tgt.is_enabled(),
-                           "dispatcher_footprint": footprint(before, registrations()),
-                           "declared_state": declared.read(tgt.declared(), tgt.config_object()),
-                           "switch_log": logged,
-                           **tgt.evidence()}
+    seen = SwitchObservation(
+        switch_env=os.environ.get(SWITCH_ENV), enabled_by_identity=tgt.is_enabled(),
+        dispatcher_footprint=footprint(before, registrations()),
+        declared_state=declared.read(tgt.declared(), tgt.config_object()),
+        switch_log=logged, evidence=tgt.evidence())
     if check == "mm":
-        got["out"] = _host(torch.mm(args["a"], args["b"]))
+        seen.outputs["out"] = _host(torch.mm(args["a"], args["b"]))
     elif check == "matmul":
-        got["out"] = _host(torch.matmul(args["a"], args["b"]))
+        seen.outputs["out"] = _host(torch.matmul(args["a"], args["b"]))
     elif check == "torch_sum":
-        got["torch_sum_replaced"] = torch.sum is tgt.reduce_sum()
-        got["out"] = _host(torch.sum(args["x"], dim=-1))
+        seen.torch_sum_replaced = torch.sum is tgt.reduce_sum()
+        seen.outputs["out"] = _host(torch.sum(args["x"], dim=-1))
     elif check == "tensor_sum":
-        got["out"] = _host(args["x"].sum(-1))
+        seen.outputs["out"] = _host(args["x"].sum(-1))
     elif check == "add_rms_norm":
         out, rstd, residual_out = tgt.add_rms_norm()(args["x"], args["residual"],
                                                      args["weight"], EPS)
-        got.update(out=_host(out), residual_out=_host(residual_out), rstd_is_none=rstd is None)
+        seen.outputs.update(out=_host(out), residual_out=_host(residual_out))
+        seen.rstd_is_none = rstd is None
     elif check == "fused_infer_attention_score":
         bound, invariant = tgt.attention_binding()
-        got["rebound"] = any(bound is obj for obj in invariant)
-        got["bound"] = repr(bound)
-    return got
+        seen.rebound = any(bound is obj for obj in invariant)
+        seen.bound = repr(bound)
+    return seen
 
 
 @contextlib.contextmanager
@@ -154,16 +189,15 @@ def _described(changed: dict[str, list[str]]) -> str:
 
 
 def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str, Any],
-          got: dict[str, Any], events: dict[str, int]) -> list[str]:
+          got: SwitchObservation, events: dict[str, int]) -> list[str]:
     """Parent side: every way the case went wrong, as sentences (empty: it passed)."""
     import torch
 
     on = "on" if enabled else "off"
     want_env = "1" if enabled else "0"
     problems = []
-    if enabled and "dispatcher_footprint" in got and not got["dispatcher_footprint"] \
-            and not got["enabled_by_identity"]:
-        said = "; ".join(got.get("switch_log") or ()) or "nothing"
+    if enabled and not got.dispatcher_footprint and not got.enabled_by_identity:
+        said = "; ".join(got.switch_log) or "nothing"
         asked = f"{target.switch_variable}=1" if target.switch_variable else "the switch"
         problems.append(
             f"{asked} asked {target.release()} to switch on, and it installed nothing "
@@ -174,38 +208,38 @@ def judge(target: InvarianceTarget, check: str, enabled: bool, inputs: dict[str,
         if problem and expect.ran and check in CALLS:
             # an op that did not run: say which call it was and what the switch did register
             problem += (f": {CALLS[check]}, and {target.release()}'s switch changed only "
-                        f"{_described(got['dispatcher_footprint']) or 'nothing'} on the "
+                        f"{_described(got.dispatcher_footprint) or 'nothing'} on the "
                         "dispatcher")
         if problem:
             problems.append(problem)
-    problems.extend(target.judge_evidence(got, enabled))
-    if "declared_state" in got:  # read by the child (run_switch_case)
+    problems.extend(target.judge_evidence(got.evidence, enabled))
+    if got.declared_state is not None:
         problems.extend(declared.judge(
-            target.declared(), target.release(), enabled, got["declared_state"],
-            got["dispatcher_footprint"] if check == "switch" else None))
+            target.declared(), target.release(), enabled, got.declared_state,
+            got.dispatcher_footprint if check == "switch" else None))
     # unset is off (vLLM's default): verl leaves it unset in its driver when off
-    if target.switch_variable and got["switch_env"] != want_env \
-            and (enabled or got["switch_env"] is not None):
-        problems.append(f"{SWITCH_ENV}={got['switch_env']!r} in the child, expected {want_env!r}")
-    if not enabled and got["dispatcher_footprint"]:
+    if target.switch_variable and got.switch_env != want_env \
+            and (enabled or got.switch_env is not None):
+        problems.append(f"{SWITCH_ENV}={got.switch_env!r} in the child, expected {want_env!r}")
+    if not enabled and got.dispatcher_footprint:
         problems.append(f"with the switch off, {target.name} changed the dispatcher: "
-                        f"{_described(got['dispatcher_footprint'])}")
-    if got["enabled_by_identity"] is not enabled:
+                        f"{_described(got.dispatcher_footprint)}")
+    if got.enabled_by_identity is not enabled:
         problems.append(f"{target.name} is {'off' if enabled else 'on'} by identity although "
                         + (f"{target.switch_variable}={want_env}" if target.switch_variable
                            else f"the switch is {on}"))
-    if check == "torch_sum" and got["torch_sum_replaced"] is not enabled:
-        problems.append(f"torch.sum is {'' if got['torch_sum_replaced'] else 'not '}the "
+    if check == "torch_sum" and got.torch_sum_replaced is not enabled:
+        problems.append(f"torch.sum is {'' if got.torch_sum_replaced else 'not '}the "
                         f"batch-invariant reduce_sum with the switch {on}")
-    if check == "fused_infer_attention_score" and got["rebound"] is not enabled:
-        problems.append(f"fused_infer_attention_score is {'' if got['rebound'] else 'not '}"
-                        f"bound to the batch-invariant op with the switch {on} ({got['bound']})")
-    if check == "add_rms_norm" and enabled and not got["rstd_is_none"]:
+    if check == "fused_infer_attention_score" and got.rebound is not enabled:
+        problems.append(f"fused_infer_attention_score is {'' if got.rebound else 'not '}"
+                        f"bound to the batch-invariant op with the switch {on} ({got.bound})")
+    if check == "add_rms_norm" and enabled and not got.rstd_is_none:
         problems.append("add_rms_norm returned an rstd with the switch on: the fused kernel "
                         "ran instead of add + rms_norm")
     expected = expected_outputs(check, inputs)
     for name, want in expected.items():
-        have = got[name]
+        have = got.outputs[name]
         if check == "add_rms_norm" and name == "out":
             if not torch.allclose(have, want, rtol=RMS_TOLERANCE, atol=RMS_TOLERANCE):
                 diff = (have - want).abs().max().item()

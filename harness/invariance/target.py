@@ -163,7 +163,8 @@ class InvarianceTarget:
         return {}
 
     def judge_evidence(self, got: dict[str, Any], enabled: bool) -> list[str]:
-        """Parent side: what is wrong with ``evidence()`` (sentences; empty: nothing)."""
+        """Parent side: what is wrong with ``got``, what ``evidence()`` returned in the child
+        (``SwitchObservation.evidence``): sentences; empty: nothing."""
         return []
 
     def is_enabled(self) -> bool:

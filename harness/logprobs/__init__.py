@@ -1,12 +1,13 @@
-"""Cross-batch-size logprob bit-equality: the check engine, the built-in TinyDecoder source
-and the vLLM adapter (``harness.logprobs.vllm_source``); the decode-versus-prefill and
-repeat properties (``harness.logprobs.properties``).
+"""Cross-batch-size logprob bit-equality: the batch-size check
+(``harness.logprobs.invariance_check``; "engine" in this family always means a vLLM engine),
+the built-in TinyDecoder source and the vLLM adapter (``harness.logprobs.vllm_source``);
+the decode-versus-prefill and repeat properties (``harness.logprobs.properties``).
 
 Layer: a check family. May import the other families' targets (``harness.invariance``),
 the isolation core and the stack layer, never the pytest face or the report.
 """
 
-from harness.logprobs.engine import (
+from harness.logprobs.invariance_check import (
     DEFAULT_BATCH_SIZES,
     DEFAULT_SLOTS,
     InvarianceReport,

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from harness.invariance import InvarianceTarget, get_target
-from harness.logprobs.engine import InvarianceReport, check_batch_invariance
+from harness.logprobs.invariance_check import InvarianceReport, check_batch_invariance
 
 SOURCES = ("tiny", "hf", "hf-left", "vllm", "vllm-dummy", "vllm-nosplit", "vllm-chunked")
 _REAL_TARGET = {"npu": "vllm_ascend", "cuda": "vllm"}
@@ -85,7 +85,7 @@ def run_logprob_case(source: str, enabled: bool, dtype: str, target: str,
                      check: str = "batch-size", **kwargs: Any) -> InvarianceReport:
     """Child side: switch, source, then one property (``check``); the report names the
     batch-sensitive operators that ran outside the switch's invariant set."""
-    from harness.logprobs.engine import batch_sensitive
+    from harness.logprobs.invariance_check import batch_sensitive
     from harness.logprobs.properties import check_decode_matches_prefill, check_repeatable
 
     tgt = get_target(target)

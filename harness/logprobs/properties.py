@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
-from harness.logprobs.engine import (
+from harness.logprobs.invariance_check import (
     InvarianceReport,
     LogprobSource,
     SourceCannot,

@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from harness.logprobs import seeded_model
-from harness.logprobs.engine import InvarianceReport
 from harness.logprobs.hf_source import PAD_ID, pad, positions
+from harness.logprobs.invariance_check import InvarianceReport
 
 LAYOUTS = ("right", "left", "packed")
 MICRO_BATCHES = (1, 2, 4, 8)

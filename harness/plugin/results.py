@@ -1,12 +1,8 @@
 """The results file: one JSON line per test as it finishes, so a killed run leaves every
 finished test readable.
 
-Line types: ``header`` (runner, host, package versions, git commit, start time, device,
-hardware versions, isolation), ``test`` (id, outcome, duration, device, hardware, isolation
-method, dispatch events, the switch's dispatcher footprint, logprob report summary, each
-child's exit status or signal and the tail of its output, the failure text or skip reason),
-and ``footer`` (end time, exit status, counts). Written by the xdist controller only,
-flushed after every line.
+The lines and their fields are ``harness.report.schema``'s, the contract this writer and
+the report's loader share. Written by the xdist controller only, flushed after every line.
 """
 
 from __future__ import annotations
@@ -27,9 +23,9 @@ from typing import IO, Any
 import pytest
 
 from harness.isolation.result import tail_text
+from harness.report import schema
 from harness.stack.upstream import version
 
-SCHEMA = 1
 RUNNER_ENV = "HARNESS_RUNNER"
 #: characters of failure text / child output kept per test
 TEXT_TAIL = 4000
@@ -136,8 +132,8 @@ class ResultsWriter:
         short can then tell the tests that never ran from tests that vanished."""
         self.collected_count = len(ids)
         for start in range(0, len(ids), COLLECTED_CHUNK):
-            self.write({"type": "collected", "total": len(ids),
-                        "ids": ids[start:start + COLLECTED_CHUNK]})
+            self.write(schema.Collected(type=schema.COLLECTED, total=len(ids),
+                                        ids=ids[start:start + COLLECTED_CHUNK]))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -152,11 +148,12 @@ class ResultsWriter:
                 f"npu-regress: results LOST after {sum(self.counts.values())} tests: "
                 f"{self.path}: {self.lost} (exit status 3)", red=True, bold=True)
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: schema.Header | schema.Collected | schema.Test | schema.Footer
+              ) -> None:
         if self.lost is not None:
             return
         try:
-            self._fh.write(results_line(record))
+            self._fh.write(schema.line(record))
             self._fh.flush()
         except OSError as exc:
             self.lost = str(exc)
@@ -174,19 +171,19 @@ class ResultsWriter:
     def header(self, config: pytest.Config, session: Any) -> None:
         runner = (config.getoption("harness_runner") or os.environ.get(RUNNER_ENV)
                   or socket.gethostname())
-        self.write({
-            "type": "header", "schema": SCHEMA, "runner": runner, "host": socket.gethostname(),
-            "platform": platform.platform(), "python": platform.python_version(),
-            "packages": {name: version(name) for name in PACKAGES},
-            "git_commit": git_commit(Path(str(config.rootpath))), "start": _now(),
-            "device": session.device.to_dict(),
-            "hardware": session.npu.to_dict() if session.npu else None,
-            "isolation": session.method, "args": list(config.invocation_params.args),
-            "manifest": session.manifest,
+        self.write(schema.Header(
+            type=schema.HEADER, schema=schema.SCHEMA, runner=runner, host=socket.gethostname(),
+            platform=platform.platform(), python=platform.python_version(),
+            packages={name: version(name) for name in PACKAGES},
+            git_commit=git_commit(Path(str(config.rootpath))), start=_now(),
+            device=session.device.to_dict(),
+            hardware=session.npu.to_dict() if session.npu else None,
+            isolation=session.method, args=list(config.invocation_params.args),
+            manifest=session.manifest,
             # the stack profile and the pairing verdict: a report marks this runner's
             # failures "on an unsupported stack" when the pairing failed
-            "stack": getattr(session, "stack", None) or None,
-        })
+            stack=getattr(session, "stack", None) or None,
+        ))
 
     def test(self, report: pytest.TestReport, session: Any) -> None:
         """Record a finished test: its call report, or the setup/teardown report that ended it."""
@@ -198,23 +195,23 @@ class ResultsWriter:
         outcome = outcome_of(report)
         self.counts[outcome] += 1
         props = dict(report.user_properties)
-        record: dict[str, Any] = {
-            "type": "test", "id": report.nodeid, "outcome": outcome, "when": report.when,
-            "duration": round(report.duration, 4), "device": session.device.kind,
-            "hardware": session.npu.hardware.name if session.npu else None,
-            "isolation": session.method,
-            "dispatch_events": _json_or_none(props.get("dispatch_events")),
-            "logprob_report": props.get("logprob_report"),
-            "dispatcher_footprint": props.get("dispatcher_footprint"),
-            "patch_guard": props.get("patch_guard"),
+        record = schema.Test(
+            type=schema.TEST, id=report.nodeid, outcome=outcome, when=report.when,
+            duration=round(report.duration, 4), device=session.device.kind,
+            hardware=session.npu.hardware.name if session.npu else None,
+            isolation=session.method,
+            dispatch_events=_json_or_none(props.get("dispatch_events")),
+            logprob_report=props.get("logprob_report"),
+            dispatcher_footprint=props.get("dispatcher_footprint"),
+            patch_guard=props.get("patch_guard"),
             # the cause before the verdict (harness.plugin.verdicts); else a missing or
             # renamed upstream symbol, or a finding about the release
-            "category": _category(report, props),
-            "verdict": props.get("verdict"),
-            "release_finding": props.get("release_finding"),
-            "upstream_drift": props.get("upstream_drift"),
-            "children": getattr(report, "harness_children", []),
-        }
+            category=_category(report, props),
+            verdict=props.get("verdict"),
+            release_finding=props.get("release_finding"),
+            upstream_drift=props.get("upstream_drift"),
+            children=getattr(report, "harness_children", []),
+        )
         if report.skipped:
             record["reason"] = skip_reason(report)
         elif hasattr(report, "wasxfail"):
@@ -225,26 +222,13 @@ class ResultsWriter:
 
     def footer(self, exitstatus: int) -> None:
         terminated = getattr(self.session, "terminated", None)
-        self.write({"type": "footer", "end": _now(), "exitstatus": int(exitstatus),
-                    "interrupted": terminated is not None
-                    or int(exitstatus) == pytest.ExitCode.INTERRUPTED,
-                    "signal": terminated, "collected": self.collected_count,
-                    "counts": dict(self.counts),
-                    "duration": round(time.monotonic() - self._started, 3)})
+        self.write(schema.Footer(
+            type=schema.FOOTER, end=_now(), exitstatus=int(exitstatus),
+            interrupted=terminated is not None
+            or int(exitstatus) == pytest.ExitCode.INTERRUPTED,
+            signal=terminated, collected=self.collected_count, counts=dict(self.counts),
+            duration=round(time.monotonic() - self._started, 3)))
         self.close()
-
-
-def results_line(record: dict[str, Any]) -> str:
-    """One line of the results file: type, id and outcome first (a reader that cannot parse
-    a huge or deeply nested line still finds them in its first bytes:
-    ``harness.report.load``), the rest sorted."""
-    first = {key: record[key] for key in ("type", "id", "outcome") if key in record}
-    rest = {key: value for key, value in record.items() if key not in first}
-    line = json.dumps(first, default=str)
-    if rest:
-        tail = json.dumps(rest, default=str, sort_keys=True)
-        line = line[:-1] + ", " + tail[1:] if first else tail
-    return line + "\n"
 
 
 def _category(report: pytest.TestReport, props: dict[str, Any]) -> str | None:

@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from harness.report.folded_nights import FAILING_LETTERS, OUTCOME_OF, PASSING_LETTERS, History, Past
 from harness.report.load import Problems, RunResults, TestResult
-from harness.report.past import FAILING_LETTERS, OUTCOME_OF, PASSING_LETTERS, History, Past
 
 #: outcome flips (pass <-> fail) within the window that make a test flaky
 FLAKY_FLIPS = 2

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+from harness.report import schema
+from harness.report.schema import OUTCOMES
+
 FAILING = ("failed", "error", "xpassed")
 _OUTCOME = {o: o for o in OUTCOMES}
 #: longest string kept from any field (longer ones are cut, not rejected)
@@ -105,6 +107,8 @@ class RunResults:
     bad_durations: int = 0
     #: why this run's clock is not trusted to date the report (set by the comparison)
     clock_warning: str | None = None
+    #: why this reader cannot trust its reading of the file (a newer results schema)
+    schema_problem: str | None = None
 
     @property
     def start(self) -> _dt.datetime | None:
@@ -471,19 +475,23 @@ def _read_line(run: RunResults, where: str, raw_line: bytes, keep: Keep, lean: b
         if not isinstance(record, dict):
             raise ValueError("not a JSON object")
         kind = record.get("type")
-        if kind == "header":
+        if kind == schema.HEADER:
             run.header = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
             if isinstance(record.get("runner"), str) and record["runner"].strip():
                 run.runner = _text(record["runner"], 200)
-        elif kind == "test":
+            newer = schema.schema_problem(record)
+            if newer:
+                run.schema_problem = newer
+                run.problems.append(f"{where}: {newer}")
+        elif kind == schema.TEST:
             result = parse_test(record, lean=lean)
             if not _finite(record.get("duration", 0.0)):
                 run.bad_durations += 1
             keep(run, where, record, result)
             run.pending.discard(result.id)
-        elif kind == "collected":
+        elif kind == schema.COLLECTED:
             _collected(run, record)
-        elif kind == "footer":
+        elif kind == schema.FOOTER:
             run.footer = {k: _plain(v) for k, v in record.items() if isinstance(k, str)}
         else:
             raise ValueError(f"unknown line type {_text(kind, 40)!r}")

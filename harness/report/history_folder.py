@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 from harness.report.atomic import write_whole
+from harness.report.folded_nights import History
 from harness.report.load import RunResults, load_results
-from harness.report.past import History
 
 DEFAULT_KEEP = 14
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
