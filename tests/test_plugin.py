@@ -220,6 +220,10 @@ def test_interrupted_pytest_ends_running_children(tmp_path: Path, sig: signal.Si
     assert_gone(pids)
 
 
+#: a forkserver without torch: what these tests kill and replace is the server, whatever
+#: it holds (each start would otherwise import torch again)
+LIGHT_SERVER = ("--isolation-preload", "pytest,harness")
+
 KILLS_ITS_FORKSERVER = """
 import os, signal, time
 
@@ -245,7 +249,7 @@ def test_a_dead_forkserver_is_named_and_replaced(pytester: pytest.Pytester, meth
     pytester.makepyfile(KILLS_ITS_FORKSERVER.format(
         second="passes", body='assert run_on_npu(int, "2").value == 2'))
     result = pytester.runpytest("--isolation", method, "-p", "no:cacheprovider", "-W",
-                                "default")
+                                "default", *LIGHT_SERVER)
     result.assert_outcomes(failed=1, passed=2)
     result.stdout.fnmatch_lines([
         "*ChildError*the forkserver that started this child died while it ran (pid *, "
@@ -261,7 +265,7 @@ def test_a_replacement_that_dies_too(pytester: pytest.Pytester, method: str) -> 
     pytester.makepyfile(KILLS_ITS_FORKSERVER.format(
         second="kills_again", body="run_on_npu(kill_my_forkserver)"))
     result = pytester.runpytest("--isolation", method, "-p", "no:cacheprovider", "-W",
-                                "default")
+                                "default", *LIGHT_SERVER)
     if method == "auto":
         result.assert_outcomes(failed=2, passed=1)
         result.stdout.fnmatch_lines(["*HarnessWarning: the forkserver died (pid *), and its "
