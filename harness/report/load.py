@@ -54,6 +54,8 @@ class TestResult:
     category: str = ""
     #: a switch case's dispatcher footprint: operator -> the dispatch keys it changed
     dispatcher_footprint: dict[str, tuple[str, ...]] | None = None
+    #: rollout vs training: the figures compared night to night (``schema.FIGURES``)
+    figures: dict[str, float] | None = None
 
     @property
     def failing(self) -> bool:
@@ -237,6 +239,17 @@ def _events(value: Any) -> dict[str, int] | None:
     return events
 
 
+def _figures(report: Any) -> dict[str, float] | None:
+    """A rollout-vs-training report's figures, when every one is a finite number."""
+    if not isinstance(report, dict) or report.get("check") != schema.ROLLOUT_CHECK:
+        return None
+    values = {name: report.get(name) for name in schema.FIGURES}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
+               for v in values.values()):
+        return None
+    return {name: float(v) for name, v in values.items()}  # type: ignore[arg-type]
+
+
 def _small(value: Any) -> Any:
     """A JSON value kept as-is when small, else its text cut to MAX_TEXT."""
     if value is None:
@@ -269,7 +282,8 @@ def parse_test(record: dict[str, Any], *, lean: bool = False) -> TestResult:
     result = TestResult(
         id=_text(test_id, 1000), outcome=_OUTCOME[outcome],  # one str object per outcome
         duration=float(duration) if _finite(duration) else 0.0,
-        dispatch_events=_events(record.get("dispatch_events")))
+        dispatch_events=_events(record.get("dispatch_events")),
+        figures=_figures(record.get("logprob_report")))
     if not lean:
         reason = _text(record.get("reason"))
         result.reason = sys.intern(reason) if len(reason) <= 300 else reason  # shared

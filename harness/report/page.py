@@ -382,6 +382,8 @@ def news(comp: Comparison) -> list[tuple[str, str, int]]:
             ("fixed", "fixed", len(summary["fixed"])),
             ("flaky", "flaky", len(summary["flaky"])),
             ("event-changes", "event-count changes", len(summary["event_changes"])),
+            ("figure-changes", "rollout-vs-training figures changed",
+             len(summary["figure_changes"])),
             ("newly-skipped", "newly skipped", len(summary["newly_skipped"])),
             ("vanished", "vanished", len(summary["vanished"])),
             ("not-run", "not run (night ended early)", len(summary["not_run"])),

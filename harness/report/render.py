@@ -59,6 +59,7 @@ def _md(text: Any) -> str:
 #: the summary's sections, as summary.md names them
 TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "Still failing",
           "flaky": "Flaky", "event_changes": "Dispatch-event counts changed",
+          "figure_changes": "Rollout-vs-training figures changed",
           "newly_skipped": "Newly skipped", "upstream_drift": "Upstream drift",
           "release_findings": "Findings about releases",
           "harness_causes": "The harness's own causes (ours, not the release's)",
@@ -81,6 +82,12 @@ MD_LIMIT = 1000 * 1024
 PAGE_PROBLEMS = 200
 
 
+def _figures_text(figures: dict[str, float]) -> str:
+    return (f"{figures['bit_equal']:.0f} of {figures['tokens']:.0f} bit-equal, max "
+            f"{figures['max_ulp']:.0f} ULP, max |diff| {figures['max_abs']:.3g}, KL max "
+            f"{figures['kl_max']:.3g}")
+
+
 def summary_markdown(comp: Comparison) -> str:
     s = comp.summary()
     lines = [f"# npu-regress nightly {_md(comp.date)}", "",
@@ -89,7 +96,7 @@ def summary_markdown(comp: Comparison) -> str:
              *[f"**{_md(a.text)}**" for a in page.alerts(comp)], "",
              "| | count |", "|---|---|"]
     for key in ("new_failures", "fixed", "still_failing", "flaky", "event_changes",
-                "newly_skipped", "vanished", "not_run", *CATEGORY_KEYS):
+                "figure_changes", "newly_skipped", "vanished", "not_run", *CATEGORY_KEYS):
         lines.append(f"| {TITLES[key]} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
     lines.append(f"| Skipped | {skipped} |")
@@ -118,6 +125,14 @@ def summary_markdown(comp: Comparison) -> str:
         lines += _cap([f"| {_md(r['test'])} | {_md(r['runner'])} | "
                        f"{_md(r['events_before'])} | {_md(r['events_now'])} |"
                        for r in s["event_changes"][:MD_ROWS + 1]], len(s["event_changes"]))
+    if s["figure_changes"]:
+        lines += ["", "## Rollout-vs-training figures changed since last night", "",
+                  "| test | runner | last night | tonight |", "|---|---|---|---|"]
+        lines += _cap([f"| {_md(r['test'])} | {_md(r['runner'])} | "
+                       f"{_md(_figures_text(r['figures_before']))} | "
+                       f"{_md(_figures_text(r['figures_now']))}"
+                       f"{' **no longer zero-diff**' if r['zero_diff_lost'] else ''} |"
+                       for r in s["figure_changes"][:MD_ROWS + 1]], len(s["figure_changes"]))
     if s["skipped"]:
         rows = sorted(s["skipped"], key=lambda r: (r["status"] != "newly-skipped",
                                                    r["since"] or "", r["test"]))
@@ -203,6 +218,8 @@ def render(comp: Comparison, out: Path) -> list[Path]:
         incomplete=any(a.key in ("incomplete", "unreadable") for a in alerts),
         bars=page.family_bars(matrices), nights_seen=nights_seen,
         changed=sorted(comp.event_changes(), key=lambda c: (c.test, c.runner)),
+        figures=sorted(comp.figure_changes(), key=lambda c: (not c.zero_diff_lost, c.test,
+                                                             c.runner)),
         trend_charts=[_chart(comp, "pass_rate", "pass rate", "{:.0%}"),
                       _chart(comp, "duration", "suite duration (s)", "{:.0f}")]
         if nights_seen >= 2 else [],

@@ -90,6 +90,13 @@ class Test(TypedDict, total=False):
     longrepr: str  # a failure's text, its tail
 
 
+#: a ``logprob_report`` whose ``check`` is this carries rollout-vs-training figures, which the
+#: report compares night to night (``harness.logprobs.rollout.Consistency.to_dict``)
+ROLLOUT_CHECK = "rollout-vs-training"
+#: the figures kept per test and night (numbers; the rest of the report is not folded)
+FIGURES = ("tokens", "bit_equal", "max_ulp", "max_abs", "kl_max")
+
+
 class Footer(TypedDict, total=False):
     type: str
     end: str
