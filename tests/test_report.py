@@ -588,9 +588,6 @@ def _figures(bit_equal: int, max_ulp: int, kl_max: float) -> dict[str, object]:
 def test_rollout_vs_training_figures_are_compared_night_to_night(tmp_path: Path) -> None:
     """Issue 44's oracle where a stack is not zero-diff: its figures are recorded, and a change
     from last night is news; a stack that was zero-diff and no longer is says so first."""
-    from harness.logprobs.rollout import Consistency
-
-    assert Consistency("e", "t", "float32").to_dict()["check"] == "rollout-vs-training"
     history = tmp_path / "history"
     last = _write(tmp_path / "last.jsonl", [
         _header("cpu", "2026-12-04"),

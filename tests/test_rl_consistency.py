@@ -154,3 +154,15 @@ def test_a_trainer_with_one_weight_nudged_is_not_comparable(own_side: dict[str, 
     assert found.not_comparable == ["the trainer's parameters are not the checkpoint's (its "
                                     "weights digest differs from a fresh load)"], found
     assert found.summary().startswith("not comparable: ")
+
+
+def test_the_figures_are_marked_for_the_report() -> None:
+    """The report compares a ``logprob_report`` night to night by its ``check``
+    (``harness.report.schema.ROLLOUT_CHECK``); the writer's side must say the same."""
+    from harness.logprobs.rollout import Consistency
+    from harness.report import schema
+
+    report = Consistency("e", "t", "float32").to_dict()
+    assert report["check"] == schema.ROLLOUT_CHECK
+    assert set(schema.FIGURES) <= set(report)
+
