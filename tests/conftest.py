@@ -54,6 +54,7 @@ E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_p
 #: loop leaves them out of its inner runs; CI (and any run that keeps the e2e tests) keeps
 #: every installed plugin, as users have them
 UNUSED_INNER_PLUGINS = ("hypothesispytest", "hydra_pytest", "benchmark", "anyio")
+FAST_ADDOPTS = " ".join(f"-p no:{name}" for name in UNUSED_INNER_PLUGINS)
 
 
 def _fast_loop(config: pytest.Config) -> bool:
@@ -64,7 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
     import os
 
     if _fast_loop(config) and not os.environ.get("PYTEST_ADDOPTS"):
-        os.environ["PYTEST_ADDOPTS"] = " ".join(f"-p no:{name}" for name in UNUSED_INNER_PLUGINS)
+        os.environ["PYTEST_ADDOPTS"] = FAST_ADDOPTS
     config.addinivalue_line("markers", "e2e: runs whole suites, engines or third-party test "
                                        "suites in inner runs (minutes); -m 'not e2e' leaves "
                                        "them out")
@@ -98,5 +99,4 @@ def _fast_inner_runs(request: pytest.FixtureRequest) -> None:
     if "pytester" in request.fixturenames and _fast_loop(request.config):
         request.getfixturevalue("pytester")  # which discards PYTEST_ADDOPTS
         if os.environ.get("PYTEST_ADDOPTS") is None:
-            request.getfixturevalue("monkeypatch").setenv(
-                "PYTEST_ADDOPTS", " ".join(f"-p no:{name}" for name in UNUSED_INNER_PLUGINS))
+            request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", FAST_ADDOPTS)

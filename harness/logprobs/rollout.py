@@ -78,13 +78,12 @@ def prompts(seed: int = 11, vocab: int = 1024) -> list[list[int]]:
 
 
 def checkpoint_digest(folder: Path) -> str:
-    """The checkpoint's identity: the sha256 of its files as its manifest records them,
-    checked against the files (a changed file changes the digest)."""
+    """The checkpoint's identity: the sha256 of its files, computed from the files (a changed
+    file changes the digest), over the names its manifest records."""
     from hashlib import sha256
 
     manifest = json.loads((folder / seeded_model.MANIFEST).read_text())
-    files = {name: sha256((folder / name).read_bytes()).hexdigest()
-             for name in sorted(manifest["files"])}
+    files = seeded_model.file_digests(folder, sorted(manifest["files"]))
     return sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
@@ -174,8 +173,9 @@ def recompute(side: dict[str, Any], dtype: str, nudge: Any = None) -> dict[str, 
     fwd = TrainingForward(dtype=dtype, device=devices.device())
     if nudge is not None:
         nudge(fwd)
-    held = weights_digest(fwd.model)  # what the trainer holds now, not at load
-    loaded = _digest_of_checkpoint_tensors(fwd)
+    # what the trainer holds now against what it loaded (``TrainingForward.digest``, taken
+    # right after loading the checkpoint): a nudge or an in-place update since shows here
+    held = weights_digest(fwd.model)
     out = []
     with torch.no_grad():
         for req in side["requests"]:
@@ -189,19 +189,7 @@ def recompute(side: dict[str, Any], dtype: str, nudge: Any = None) -> dict[str, 
             out.append({"tokens": list(req["tokens"]), "logprobs": sampled,
                         "rows": torch.log_softmax(rows.float(), dim=-1).cpu()})
     return {"trainer": fwd.name, "checkpoint": checkpoint_digest(Path(fwd.folder)),
-            "weights_match_checkpoint": loaded == held, "requests": out}
-
-
-def _digest_of_checkpoint_tensors(fwd: Any) -> str:
-    """The weights digest of a fresh load of the checkpoint: a trainer whose parameters moved
-    after loading (an in-place update, a nudge) no longer holds the checkpoint."""
-    import transformers
-
-    from harness.logprobs.training import weights_digest
-
-    fresh = transformers.LlamaForCausalLM.from_pretrained(
-        str(fwd.folder), dtype=fwd.model.dtype, attn_implementation="sdpa")
-    return weights_digest(fresh)
+            "weights_match_checkpoint": held == fwd.digest, "requests": out}
 
 
 # --- the comparison (the parent) -------------------------------------------------------

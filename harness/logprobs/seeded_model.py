@@ -93,14 +93,15 @@ def _tokenizer_files(folder: Path, vocab: int) -> None:
         "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 512}, indent=1))
 
 
-def _digest(folder: Path, names: list[str]) -> dict[str, str]:
+def file_digests(folder: Path, names: list[str]) -> dict[str, str]:
+    """sha256 of each named file of the model folder (what its manifest records)."""
     return {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in names}
 
 
 def _intact(folder: Path) -> bool:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
-        return _digest(folder, sorted(manifest["files"])) == manifest["files"]
+        return file_digests(folder, sorted(manifest["files"])) == manifest["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -124,7 +125,7 @@ def build(config: dict[str, Any] | None = None, seed: int = 0, std: float = 0.02
         _tokenizer_files(tmp, cfg["vocab_size"])
         names = sorted(p.name for p in tmp.iterdir())
         (tmp / MANIFEST).write_text(json.dumps({"spec": model_spec,
-                                                "files": _digest(tmp, names)}, indent=1))
+                                                "files": file_digests(tmp, names)}, indent=1))
         shutil.rmtree(folder, ignore_errors=True)
         try:
             tmp.rename(folder)
