@@ -65,33 +65,11 @@ if [ -n "$ascend" ]; then
   soc=${SOC_VERSION:-ascend910b1}
   if [ ! -f "$dest/vllm_ascend/batch_invariant.py" ] || [ ! -f "$dest/$matrix" ] \
       || [ ! -f "$dest/requirements.txt" ] || [ ! -f "$dest/setup.py" ]; then
-    dl=$(mktemp -d)
-    # The sdist's metadata step runs its setup.py: it needs setuptools_scm and wheel (the
-    # [upstream] extra) and a SOC_VERSION, or it asks npu-smi for the chip.
-    SOC_VERSION=$soc "$PY" -m pip download -q --no-deps \
-      --no-build-isolation --no-binary :all: -d "$dl" "vllm-ascend==$ascend"
-    mkdir -p "$dest"
-    tar -xzf "$dl"/vllm_ascend-"$ascend".tar.gz -C "$dl"
-    rm -rf "$dest/vllm_ascend"
-    cp -r "$dl/vllm_ascend-$ascend/vllm_ascend" "$dest/"
-    mkdir -p "$dest/$(dirname "$matrix")"
-    cp "$dl/vllm_ascend-$ascend/$matrix" "$dest/$matrix"
-    cp "$dl/vllm_ascend-$ascend/requirements.txt" "$dl/vllm_ascend-$ascend/setup.py" "$dest/"
-    rm -rf "$dl"
+    SOC_VERSION=$soc "$PY" -m harness.stack.sources unpack vllm-ascend "$ascend" "$dest"
   fi
-  # the build-time file, written by the release's own setup.py function
-  "$PY" - "$dest" "$soc" <<'PYEOF'
-import ast, logging, os, sys, types
-dest, soc = sys.argv[1], sys.argv[2]
-tree = ast.parse(open(os.path.join(dest, "setup.py"), encoding="utf-8").read())
-fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "gen_build_info")
-scope = {"os": os, "logging": logging, "ROOT_DIR": dest,
-         "envs": types.SimpleNamespace(SOC_VERSION=soc)}
-exec(compile(ast.Module([fn], []), "setup.py", "exec"), scope)
-scope["gen_build_info"]()
-print("npu-regress upstream: vllm_ascend/_build_info.py written by its setup.py for "
-      f"SOC_VERSION={soc}: " + open(os.path.join(dest, "vllm_ascend", "_build_info.py")).read().splitlines()[-1])
-PYEOF
+  # the build-time file, written by the release's own setup.py function (again: the chip
+  # may differ from the last setup's)
+  "$PY" -m harness.stack.sources build-info "$dest" "$soc"
   echo "$dest" >> "$site/npu_regress_upstream.pth"
 fi
 # SGLang: its wheel's sglang/ package as released (its JIT kernels' sources included: a
@@ -103,39 +81,17 @@ fi
 if [ -n "$sglang" ]; then
   dest="$PWD/.upstream/sglang-$sglang"
   if [ ! -f "$dest/sglang/srt/batch_invariant_ops/batch_invariant_ops.py" ]; then
-    dl=$(mktemp -d)
-    "$PY" -m pip download -q --no-deps --only-binary :all: -d "$dl" "sglang==$sglang"
-    rm -rf "$dest" "$dest.partial"
-    mkdir -p "$dest.partial"
-    "$PY" - "$dl" "$dest.partial" <<'PYEOF'
-import pathlib, sys, zipfile
-wheel = next(pathlib.Path(sys.argv[1]).glob("sglang-*.whl"))
-with zipfile.ZipFile(wheel) as zf:
-    zf.extractall(sys.argv[2], [n for n in zf.namelist() if n.startswith("sglang/")])
-PYEOF
-    mv "$dest.partial" "$dest"
-    rm -rf "$dl"
+    "$PY" -m harness.stack.sources unpack sglang "$sglang" "$dest"
   fi
   echo "$dest" >> "$site/npu_regress_upstream.pth"
 fi
 # torch-npu: its files, not an install (importing it needs its torch and CANN). An image
 # with a real torch_npu is read from there instead (harness.stack.upstream.torch_npu_file).
-rm -rf "$PWD"/.upstream/torch-npu-*.partial
+rm -rf "$PWD"/.upstream/*.partial
 if [ -n "$torch_npu" ]; then
   dest="$PWD/.upstream/torch-npu-$torch_npu"
   if [ ! -f "$dest/torch_npu/include/torch_npu/csrc/core/npu/NpuVariables.h" ]; then
-    dl=$(mktemp -d)
-    "$PY" -m pip download -q --no-deps --only-binary :all: -d "$dl" "torch-npu==$torch_npu"
-    rm -rf "$dest"
-    mkdir -p "$dest"
-    "$PY" - "$dl" "$dest" <<'PYEOF'
-import pathlib, sys, zipfile
-wheel = next(pathlib.Path(sys.argv[1]).glob("torch_npu-*.whl"))
-with zipfile.ZipFile(wheel) as zf:
-    zf.extractall(sys.argv[2], [n for n in zf.namelist()
-                                if n.endswith((".py", ".h")) and n.startswith("torch_npu/")])
-PYEOF
-    rm -rf "$dl"
+    "$PY" -m harness.stack.sources unpack torch-npu "$torch_npu" "$dest"
   fi
 fi
 # The declared requirements, under the profile's lock (where it agrees with the profile:

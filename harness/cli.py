@@ -64,10 +64,17 @@ def _parser() -> argparse.ArgumentParser:
     from harness.patches import fingerprint_report as patches_cli
 
     patches_cli.add_parser(top)
+    top.add_parser("bisect", add_help=False,
+                   help="from a red night to the first bad release (npu-regress bisect -h)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bisect"]:  # its own parser: its exit statuses are 0, 1 and 2 (found,
+        from harness.bisect.controller import main as bisect  # unusable, not found)
+
+        return bisect(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "patches":
         from harness.patches import fingerprint_report as patches_cli

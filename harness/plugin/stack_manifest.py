@@ -27,10 +27,14 @@ PACKAGES = {
     "npu-regress": "npu-regress", "torch": "torch", "torch_npu": "torch-npu",
     "vllm": "vllm", "vllm_ascend": "vllm-ascend", "verl": "verl",
     "batch_invariant_ops": "batch_invariant_ops", "pytest": "pytest",
+    "sglang": "sglang", "transformers": "transformers",
 }
 #: the module to look for when a package has no metadata (built and copied in by hand)
 MODULES = {"torch_npu": "torch_npu", "vllm_ascend": "vllm_ascend",
-           "batch_invariant_ops": "batch_invariant_ops"}
+           "batch_invariant_ops": "batch_invariant_ops", "sglang": "sglang"}
+#: the files a package without metadata may state its version in (setuptools-scm's,
+#: SGLang's own)
+VERSION_FILES = ("_version.py", "version.py")
 
 Manifest = dict[str, dict[str, Any]]
 
@@ -65,8 +69,11 @@ def _without_metadata(key: str) -> dict[str, Any]:
             spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
         return {"version": None, "source": "not installed"}
-    generated = Path(spec.origin).parent / "_version.py"  # setuptools-scm / vcs-versioning
-    values = _literal_assignments(generated, ("__version__", "__commit_id__"))
+    for name in VERSION_FILES:
+        generated = Path(spec.origin).parent / name  # setuptools-scm / vcs-versioning
+        values = _literal_assignments(generated, ("__version__", "__commit_id__"))
+        if values.get("__version__"):
+            break
     if values.get("__version__"):
         entry = {"version": str(values["__version__"]), "source": f"{generated} (no metadata)"}
         if values.get("__commit_id__"):

@@ -1,0 +1,130 @@
+"""The two nights a bisect starts from: the last green and tonight's results of one runner.
+What changed between their stack manifests (each change revertible here or not, and why),
+and which tests to bisect (by default tonight's new failures: failing tonight, run and not
+failing on the good night)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.plugin.stack_manifest import PACKAGES
+from harness.report.load import RunResults, load_any
+from harness.report.manifest_diff import differences
+from harness.stack.sources import PACKAGES as SOURCE_PACKAGES
+
+#: manifest entries a bisect cannot put at another version here, and why
+NOT_REVERTIBLE = {
+    "python": "the interpreter: rerun on the good night's Python by hand",
+    "torch": "never replaced: an Ascend image ships torch and torch_npu as a matched pair",
+    "torch_npu": "never replaced: an Ascend image ships torch and torch_npu as a matched pair",
+    "batch_invariant_ops": "the AscendC ops package: built against CANN, not on the index",
+    "npu-regress": "the harness itself: check out the good night's npu-regress and rerun",
+    "soc": "the chip", "family": "the chip", "driver": "the NPU driver: installed by hand",
+    "cann": "CANN: installed by hand",
+}
+
+
+class BisectInputError(ValueError):
+    """Inputs a bisect cannot start from (named, with the fix)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One manifest entry that differs between the nights."""
+
+    key: str
+    good: str | None
+    bad: str | None
+
+    @property
+    def distribution(self) -> str:
+        return PACKAGES.get(self.key, self.key)
+
+    @property
+    def kind(self) -> str:
+        """How a candidate is put in place: ``wheel`` or ``sources``."""
+        return "sources" if self.distribution in SOURCE_PACKAGES else "wheel"
+
+    @property
+    def not_revertible(self) -> str | None:
+        """Why this change cannot be reverted here, or None."""
+        if self.key in NOT_REVERTIBLE:
+            return NOT_REVERTIBLE[self.key]
+        if self.key not in PACKAGES:
+            return "not a package the manifest maps to a distribution"
+        if self.good is None or self.bad is None:
+            return (f"{'installed' if self.good is None else 'removed'} tonight: a bisect "
+                    "varies versions, not presence")
+        return None
+
+    def __str__(self) -> str:
+        return f"{self.distribution} {self.good} -> {self.bad}"
+
+
+@dataclass
+class Endpoints:
+    good: RunResults
+    bad: RunResults
+    changes: list[Change]
+    tests: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def revertible(self) -> list[Change]:
+        return [c for c in self.changes if c.not_revertible is None]
+
+    @property
+    def fixed(self) -> list[Change]:
+        return [c for c in self.changes if c.not_revertible is not None]
+
+
+def _load(path: Path, which: str) -> RunResults:
+    if not path.is_file():
+        raise BisectInputError(f"{which} results {path}: no such file (give the results.jsonl "
+                               "of the runner's last green night and of tonight)")
+    run = load_any(path)
+    if run.refused:
+        raise BisectInputError(f"{which} results {path}: {run.refused}")
+    if not isinstance(run.header.get("manifest"), dict):
+        raise BisectInputError(f"{which} results {path}: no stack manifest in its header "
+                               "(a JUnit file or an old results file): give a results.jsonl "
+                               "written by npu-regress")
+    return run
+
+
+def _value(entry: object) -> str | None:
+    version = entry.get("version") if isinstance(entry, dict) else None
+    return None if version is None else str(version)
+
+
+def new_failures(good: RunResults, bad: RunResults) -> list[str]:
+    """Failing tonight, run and not failing (nor skipped) on the good night."""
+    return sorted(test_id for test_id, result in bad.tests.items()
+                  if result.failing and test_id in good.tests
+                  and not good.tests[test_id].failing
+                  and good.tests[test_id].outcome != "skipped")
+
+
+def read(good_path: Path, bad_path: Path, tests: list[str] | None = None, *,
+         any_runner: bool = False) -> Endpoints:
+    good, bad = _load(good_path, "the good night's"), _load(bad_path, "tonight's")
+    notes = []
+    if good.runner != bad.runner:
+        if not any_runner:
+            raise BisectInputError(
+                f"the two results are from different runners ({good.runner!r}, "
+                f"{bad.runner!r}): a bisect compares one runner's nights; pass "
+                "--any-runner if they are the same machine under two names")
+        notes.append(f"runners differ: {good.runner} (good), {bad.runner} (tonight)")
+    then, now = good.header["manifest"], bad.header["manifest"]
+    changes = [Change(d["name"], _value(then.get(d["name"])), _value(now.get(d["name"])))
+               for d in differences(then, now)]
+    # a revision-only change (same version, another commit) reads the same here
+    changes = [c for c in changes if c.good != c.bad or c.key in NOT_REVERTIBLE]
+    chosen = list(tests) if tests else new_failures(good, bad)
+    if not chosen:
+        raise BisectInputError(
+            f"no test to bisect: {bad_path} has no new failure against {good_path} (failing "
+            "tonight, passing on the good night); name the tests with --test ID")
+    return Endpoints(good, bad, changes, chosen, notes)
