@@ -32,7 +32,7 @@ LONGEST_FIRST = ("tests/test_suites_on_cpu.py::", "tests/test_vllm_engine.py::te
 #: in inner pytest runs (marked ``e2e``): ``pytest tests -m "not e2e"`` is the fast loop,
 #: ``.ci/run`` runs everything
 E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_peers.py",
-       "tests/test_ci.py",
+       "tests/test_ci.py", "tests/test_bisect_real.py",
        # the hardware suite's negative controls: the whole real suite, once per broken rule
        "tests/test_hardware.py::test_suite_catches_a_broken_rule",
        # whole pytest sessions (xdist controller and workers) killed by a signal

@@ -19,7 +19,8 @@ from typing import Any
 
 from harness.bisect import endpoints as ends
 from harness.bisect import index
-from harness.bisect.overlay import COMMIT_PREFIX, Overlays
+from harness.bisect.endpoints import COMMIT_PREFIX
+from harness.bisect.overlay import Overlays
 from harness.bisect.search import BAD, FLAKY, GOOD, SKIP, ddmin, first_bad
 from harness.bisect.state import State, key, write_outcome
 from harness.bisect.trial import FAILING, Reference, Runner, Trial, judge
@@ -82,9 +83,11 @@ class Bisect:
                 return f"{which} versions could not be run here: {trial.why}"
         for which, trial, night in (("tonight's", bad, self.endpoints.bad),
                                     ("the good night's", good, self.endpoints.good)):
+            # the reruns run without the ledger: a known finding's xfail is its failure
             differ = [f"{t} {night.tests[t].outcome} that night, {trial.tests[t].outcome} "
                       "on rerun" for t in self.endpoints.tests if t in night.tests
-                      and night.tests[t].failing != (trial.tests[t].outcome in FAILING)]
+                      and (night.tests[t].outcome in (*FAILING, "xfailed"))
+                      != (trial.tests[t].outcome in FAILING)]
             if differ:
                 return (f"{which} results do not reproduce here with its versions: "
                         + "; ".join(differ) + " (a flaky test, or what this machine does "
@@ -158,8 +161,8 @@ def installed_versions(python: str) -> dict[str, str | None]:
     """This environment's versions of the manifest's packages, by distribution (read in a
     fresh interpreter, as the manifest reads them)."""
     code = ("import json; from harness.plugin.stack_manifest import PACKAGES, read_packages;"
-            "e = read_packages(); print(json.dumps({PACKAGES[k]: v['version'] "
-            "for k, v in e.items() if k in PACKAGES}))")
+            "e = read_packages(); print(json.dumps({PACKAGES.get(k, k): v['version'] "
+            "for k, v in e.items()}))")
     done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
     try:
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -345,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     except ends.BisectInputError as exc:
         print(f"npu-regress bisect: {exc}", file=sys.stderr)
         return UNUSABLE
+    if outcome["resumed_trials"]:
+        print(f"npu-regress bisect: resumed: {outcome['resumed_trials']} trials from "
+              f"{outcome['state']}")
     print(f"npu-regress bisect: {outcome['card']}")
     print(f"npu-regress bisect: {outcome['why']}")
     print(f"npu-regress bisect: written {args.out or Path(outcome['state']) / 'bisect.json'}")

@@ -25,6 +25,10 @@ NOT_REVERTIBLE = {
 }
 
 
+#: a version naming a commit of a ``--source`` checkout
+COMMIT_PREFIX = "git:"
+
+
 class BisectInputError(ValueError):
     """Inputs a bisect cannot start from (named, with the fix)."""
 
@@ -49,10 +53,12 @@ class Change:
     @property
     def not_revertible(self) -> str | None:
         """Why this change cannot be reverted here, or None."""
+        if str(self.good).startswith(COMMIT_PREFIX):
+            return None  # a --source checkout's commits: put in place by git archive
         if self.key in NOT_REVERTIBLE:
             return NOT_REVERTIBLE[self.key]
-        if self.key not in PACKAGES:
-            return "not a package the manifest maps to a distribution"
+        if self.key == "packages":
+            return "the manifest's child failed that night: no package versions read"
         if self.good is None or self.bad is None:
             return (f"{'installed' if self.good is None else 'removed'} tonight: a bisect "
                     "varies versions, not presence")

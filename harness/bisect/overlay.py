@@ -13,11 +13,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.bisect.endpoints import COMMIT_PREFIX
 from harness.stack.sources import PACKAGES as SOURCE_PACKAGES
 from harness.stack.sources import SourcesError, unpack, write_build_info
-
-#: a version naming a commit of the ``--source`` checkout
-COMMIT_PREFIX = "git:"
 
 
 class OverlayError(RuntimeError):

@@ -52,7 +52,7 @@ def signature(lines: list[str]) -> set[str]:
 
 
 @dataclass
-class TestEnd:
+class Ending:
     """How one test ended in a trial."""
 
     outcome: str  # an outcome of the results schema, or "missing"
@@ -65,7 +65,7 @@ class Trial:
     assignment: dict[str, str]
     verdict: str
     why: str
-    tests: dict[str, TestEnd] = field(default_factory=dict)
+    tests: dict[str, Ending] = field(default_factory=dict)
     seconds: float = 0.0
     exitstatus: int | None = None
 
@@ -74,7 +74,7 @@ class Trial:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trial:
-        tests = {k: TestEnd(**v) for k, v in data.get("tests", {}).items()}
+        tests = {k: Ending(**v) for k, v in data.get("tests", {}).items()}
         return cls(dict(data["assignment"]), data["verdict"], data["why"], tests,
                    float(data.get("seconds", 0.0)), data.get("exitstatus"))
 
@@ -83,8 +83,8 @@ class Trial:
 class Reference:
     """The two nights' reruns, which every other trial is judged against."""
 
-    good: dict[str, TestEnd]
-    bad: dict[str, TestEnd]
+    good: dict[str, Ending]
+    bad: dict[str, Ending]
 
 
 @dataclass
@@ -99,7 +99,7 @@ class Runner:
     pytest_args: tuple[str, ...] = ()
     python: str = sys.executable
 
-    def run(self, assignment: dict[str, str]) -> tuple[dict[str, TestEnd], str | None, float,
+    def run(self, assignment: dict[str, str]) -> tuple[dict[str, Ending], str | None, float,
                                                        int | None]:
         """The tests' ends under ``assignment``, or why there are none (a skip's reason)."""
         start = time.monotonic()
@@ -138,7 +138,7 @@ class Runner:
             ends = {}
             for test_id in self.tests:
                 got = run.tests.get(test_id)
-                ends[test_id] = TestEnd("missing") if got is None else TestEnd(
+                ends[test_id] = Ending("missing") if got is None else Ending(
                     got.outcome, got.category or "",
                     failure_lines(got.longrepr) if got.outcome in FAILING else [])
             return ends, None, seconds, proc.returncode
@@ -156,7 +156,7 @@ class Runner:
         return None
 
 
-def _like(end: TestEnd, ref: TestEnd) -> bool:
+def _like(end: Ending, ref: Ending) -> bool:
     """``end`` is the way ``ref`` ended: the same failure (a line in common, volatile parts
     masked, not filed as ours), or the same non-failing outcome."""
     if ref.outcome in FAILING:
@@ -165,7 +165,7 @@ def _like(end: TestEnd, ref: TestEnd) -> bool:
     return end.outcome == ref.outcome
 
 
-def judge(ends: dict[str, TestEnd], reference: Reference) -> tuple[str, str]:
+def judge(ends: dict[str, Ending], reference: Reference) -> tuple[str, str]:
     """A trial's verdict and why, against the two nights' reruns: BAD when a test ends as
     tonight, GOOD when every test ends as on the good night, else a SKIP naming how."""
     bad_like, other = [], []

@@ -44,7 +44,7 @@ def read_packages() -> Manifest:
     package (``version`` None: not installed)."""
     entries: Manifest = {"python": {"version": platform.python_version(),
                                     "source": sys.executable}}
-    for key, dist in PACKAGES.items():
+    for key, dist in {**PACKAGES, **_profile_packages()}.items():
         try:
             found = importlib.metadata.distribution(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -59,6 +59,20 @@ def read_packages() -> Manifest:
             entry.update(revision)
         entries[key] = entry
     return entries
+
+
+def _profile_packages() -> dict[str, str]:
+    """Every wheel and pin of the stack profile installed here (tensordict, fastapi...), so
+    that a change of any of them is seen between two nights (``npu-regress bisect``)."""
+    from harness.stack.upstream import profile_record
+
+    try:
+        profile = json.loads(profile_record().read_text(encoding="utf-8"))
+        names = [*profile.get("wheels", {}), *profile.get("pins", {})]
+    except (OSError, ValueError, AttributeError):
+        return {}
+    known = set(PACKAGES.values())
+    return {name: name for name in names if isinstance(name, str) and name not in known}
 
 
 def _without_metadata(key: str) -> dict[str, Any]:

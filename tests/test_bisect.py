@@ -1,0 +1,188 @@
+"""``npu-regress bisect``'s parts that need no install: the two searches (delta debugging,
+the version search around skips and flaky reruns), a trial's verdict, the two nights'
+inputs and the resumable state. The bisect on real releases is tests/test_bisect_real.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.bisect import endpoints as ends
+from harness.bisect.controller import card, main
+from harness.bisect.search import BAD, FLAKY, GOOD, SKIP, ddmin, first_bad
+from harness.bisect.state import State
+from harness.bisect.trial import Ending, Reference, judge, signature
+from harness.report.schema import line
+
+# --- the searches --------------------------------------------------------------------------
+
+def test_ddmin_names_the_one_cause_of_several_changes() -> None:
+    tried: list[list[str]] = []
+
+    def probe(subset: list[str]) -> str:
+        tried.append(subset)
+        return BAD if "vllm" in subset else GOOD
+
+    assert ddmin(["transformers", "verl", "vllm", "fastapi"], probe) == ["vllm"]
+    assert len(tried) <= 4
+
+
+def test_ddmin_keeps_two_changes_that_fail_only_together() -> None:
+    assert ddmin(["a", "b", "c", "d"],
+                 lambda s: BAD if {"a", "d"} <= set(s) else GOOD) == ["a", "d"]
+
+
+def test_ddmin_does_not_take_a_skip_for_the_cause() -> None:
+    """A subset that cannot be judged is not the culprit: the search goes on past it."""
+    assert ddmin(["a", "b"], lambda s: SKIP if s == ["a"] else BAD if "b" in s else GOOD) \
+        == ["b"]
+
+
+def _search(verdicts: list[str], reruns: dict[int, str] | None = None):
+    probed: list[int] = []
+
+    def probe(i: int) -> str:
+        probed.append(i)
+        return verdicts[i]
+
+    found = first_bad(len(verdicts), probe,
+                      lambda i: (reruns or {}).get(i, verdicts[i]))
+    return found, probed
+
+
+def test_the_version_search_halves_the_range() -> None:
+    found, probed = _search([GOOD] * 9 + [BAD] * 8)
+    assert (found.last_good, found.first_bad, found.found) == (8, 9, True)
+    assert len(probed) <= 5  # log2(15 candidates) + 1
+
+
+def test_a_skip_is_stepped_around_and_does_not_decide() -> None:
+    verdicts = [GOOD, GOOD, SKIP, GOOD, BAD, BAD]
+    found, probed = _search(verdicts)
+    assert (found.last_good, found.first_bad, found.found) == (3, 4, True)
+    assert 2 in probed and found.verdicts[2] == SKIP
+
+
+def test_a_skip_next_to_the_boundary_leaves_it_open() -> None:
+    found, _ = _search([GOOD, GOOD, SKIP, BAD])
+    assert (found.last_good, found.first_bad, found.unresolved) == (1, 3, [2])
+    assert not found.found
+
+
+def test_a_flaky_boundary_is_rerun_said_and_not_named() -> None:
+    """Candidate 3 is bad once and good on its rerun: it is FLAKY, not the answer."""
+    verdicts = [GOOD, GOOD, GOOD, BAD, BAD, BAD]
+    found, _ = _search(verdicts, reruns={3: GOOD})
+    assert found.verdicts[3] == FLAKY
+    assert found.first_bad == 4 and found.unresolved == [3] and not found.found
+
+
+# --- a trial's verdict ---------------------------------------------------------------------
+
+TONIGHT = Ending("failed", "", ["vllm.v1.engine.core:EngineCore.wake_up changed in meaning, "
+                                 "and patch did not raise (vllm 0.24.0, at 0x7f00aa)"])
+GREEN = Ending("passed")
+REF = Reference(good={"t": GREEN}, bad={"t": TONIGHT})
+
+
+def test_the_same_failure_on_another_release_is_bad() -> None:
+    same = Ending("failed", "", ["vllm.v1.engine.core:EngineCore.wake_up changed in meaning, "
+                                  "and patch did not raise (vllm 0.25.1, at 0x55aa01)"])
+    assert signature(same.lines) == signature(TONIGHT.lines)
+    assert judge({"t": same}, REF)[0] == BAD
+    assert judge({"t": GREEN}, REF)[0] == GOOD
+
+
+@pytest.mark.parametrize("end", [
+    Ending("failed", "", ["ModuleNotFoundError: No module named 'torchvision'"]),
+    Ending("failed", "harness", TONIGHT.lines),
+    Ending("skipped"), Ending("missing"), Ending("error", "", ["fixture 'x' not found"]),
+], ids=["an-import-error", "ours", "skipped", "not-collected", "another-error"])
+def test_anything_else_is_a_skip_never_good_or_bad(end: Ending) -> None:
+    verdict, why = judge({"t": end}, REF)
+    assert verdict == SKIP and why.startswith("ends neither way: t: ")
+
+
+def test_a_fix_is_bisected_the_other_way() -> None:
+    """The good night failed (upstream drift), tonight passes: the first release that passes
+    is 'bad' (ends as tonight)."""
+    drift = Ending("failed", "upstream-drift",
+                    ["upstream drift: verl 0.7.1 has no verl.utils.device.AscendHardwareVersion"])
+    ref = Reference(good={"t": drift}, bad={"t": GREEN})
+    older = Ending("failed", "upstream-drift",
+                    ["upstream drift: verl 0.8.0 has no verl.utils.device.AscendHardwareVersion"])
+    assert judge({"t": older}, ref)[0] == GOOD
+    assert judge({"t": GREEN}, ref)[0] == BAD
+
+
+# --- the two nights ------------------------------------------------------------------------
+
+def _night(path: Path, runner: str, manifest: dict[str, str | None],
+           outcomes: dict[str, str]) -> Path:
+    header = {"type": "header", "schema": 1, "runner": runner, "start": "2026-12-04T01:00:00",
+              "manifest": {k: {"version": v} for k, v in manifest.items()}}
+    tests = [{"type": "test", "id": i, "outcome": o} for i, o in outcomes.items()]
+    footer = {"type": "footer", "end": "2026-12-04T02:00:00", "exitstatus": 1}
+    path.write_text("".join(line(r) for r in [header, *tests, footer]))
+    return path
+
+
+def test_the_changes_and_the_new_failures(tmp_path: Path) -> None:
+    good = _night(tmp_path / "good.jsonl", "a3", {"vllm": "0.23.0", "verl": "0.9.1",
+                                                  "torch": "2.10.0", "cann": "9.0"},
+                  {"t::a": "passed", "t::b": "passed", "t::c": "failed", "t::d": "skipped"})
+    bad = _night(tmp_path / "bad.jsonl", "a3", {"vllm": "0.24.0", "verl": "0.9.1",
+                                                "torch": "2.11.0", "cann": "9.1"},
+                 {"t::a": "failed", "t::b": "passed", "t::c": "failed", "t::d": "failed",
+                  "t::e": "failed"})
+    found = ends.read(good, bad)
+    assert found.tests == ["t::a"]  # c failed before, d was skipped, e did not run
+    assert [str(c) for c in found.revertible] == ["vllm 0.23.0 -> 0.24.0"]
+    assert {c.key: c.not_revertible.split(":")[0] for c in found.fixed} == {
+        "cann": "CANN", "torch": "never replaced"}
+
+
+def test_two_runners_or_no_new_failure_are_refused_naming_the_fix(tmp_path: Path) -> None:
+    good = _night(tmp_path / "good.jsonl", "a2", {"vllm": "0.23.0"}, {"t::a": "passed"})
+    bad = _night(tmp_path / "bad.jsonl", "a3", {"vllm": "0.24.0"}, {"t::a": "failed"})
+    with pytest.raises(ends.BisectInputError, match="different runners.*--any-runner"):
+        ends.read(good, bad)
+    assert ends.read(good, bad, any_runner=True).notes
+    same = _night(tmp_path / "same.jsonl", "a2", {"vllm": "0.24.0"}, {"t::a": "passed"})
+    with pytest.raises(ends.BisectInputError, match="no new failure.*--test ID"):
+        ends.read(good, same)
+    with pytest.raises(ends.BisectInputError, match="no such file"):
+        ends.read(tmp_path / "missing.jsonl", same)
+
+
+def test_unusable_inputs_exit_1_and_say_why(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]) == 1
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_only_unrevertible_changes_are_not_found_and_say_so(tmp_path: Path) -> None:
+    good = _night(tmp_path / "good.jsonl", "a3", {"cann": "9.0"}, {"t::a": "passed"})
+    bad = _night(tmp_path / "bad.jsonl", "a3", {"cann": "9.1"}, {"t::a": "failed"})
+    assert main([str(good), str(bad), "--state", str(tmp_path / "s")]) == 2
+    outcome = json.loads((tmp_path / "s" / "bisect.json").read_text())
+    assert outcome["status"] == "not-found"
+    assert "cann 9.0 -> 9.1 (CANN: installed by hand)" in outcome["why"]
+    assert outcome["card"].startswith("not found: no package a bisect can revert")
+
+
+def test_the_state_of_another_bisect_is_not_reused(tmp_path: Path) -> None:
+    state = State.open(tmp_path, {"tests": ["a"]})
+    state.save()
+    assert State.open(tmp_path, {"tests": ["a"]}).resumed == 0
+    with pytest.raises(ends.BisectInputError, match="another bisect.*--fresh"):
+        State.open(tmp_path, {"tests": ["b"]})
+
+
+def test_the_card_line() -> None:
+    assert card({"status": "found", "first_bad": {"package": "vllm", "version": "0.24.0"},
+                 "last_good": {"package": "vllm", "version": "0.23.0"},
+                 "candidates_tried": 3, "skips": 1}) == \
+        "first bad: vllm 0.24.0 (0.23.0 good), 3 candidates tried, 1 skip"
