@@ -8,6 +8,7 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
+from harness.report import bisect_outcomes
 from harness.report import history_folder as hist
 from harness.report.compare import check_clocks, compare, tonight_date
 from harness.report.load import Problems, load_any
@@ -52,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="results.jsonl files (or JUnit .xml from other runners)")
     render_p.add_argument("--out", type=Path, required=True, help="output directory")
     render_p.add_argument("--history", type=Path, help="earlier nights (report history add)")
+    render_p.add_argument("--bisect", type=Path, nargs="+", default=[], metavar="BISECT_JSON",
+                          help="npu-regress bisect outcomes to show on their failures' cards")
     history_p = sub.add_parser("history", help="manage the nights kept for comparison")
     hsub = history_p.add_subparsers(dest="history_action", required=True)
     add_p = hsub.add_parser("add", help="file tonight's results under their date")
@@ -71,8 +74,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bisect"]:  # its own parser: its exit statuses are 0, 1 and 2 (found,
-        from harness.bisect.controller import main as bisect  # unusable, not found)
+    if argv[:1] == ["bisect"]:  # its own parser: its exit statuses are 0 found, 2 not
+        from harness.bisect.controller import main as bisect  # found, 3 unusable inputs
 
         return bisect(argv[1:])
     args = _parser().parse_args(argv)
@@ -107,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
                                               problems=history_problems, tonight=tonight))
     comp.problems.extend(history_problems)
     comp.problems.extend(f"{run.path}: {run.refused}" for run in bad)
+    outcomes, bisect_problems = bisect_outcomes.load(args.bisect)
+    comp.problems.extend(bisect_problems)
+    comp.problems.extend(bisect_outcomes.attach(comp, outcomes))
     try:
         written = render(comp, args.out)
     except OSError as exc:

@@ -157,9 +157,15 @@ def test_two_runners_or_no_new_failure_are_refused_naming_the_fix(tmp_path: Path
         ends.read(tmp_path / "missing.jsonl", same)
 
 
-def test_unusable_inputs_exit_1_and_say_why(tmp_path: Path,
+def test_unusable_inputs_exit_3_and_say_why(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]) == 1
+    """3, never 2 ("not found") nor 1 (a crash of the bisect itself)."""
+    assert main([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]) == 3
+    assert "no such file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["--budget", "soon"])
+    assert stop.value.code == 3
+    assert main([str(tmp_path / "b.jsonl"), "--history", str(tmp_path)]) == 3
     assert "no such file" in capsys.readouterr().err
 
 

@@ -3,10 +3,17 @@ runs a suite case once per candidate).
 
 The case: ``test_conformance[soc-242-verl]`` of the hardware suite. On verl 0.7.1 to 0.9.0
 it fails as upstream drift (``verl.utils.device`` has no ``AscendHardwareVersion``); on verl
-0.9.1, the default profile's, it passes. The good night ran verl 0.7.1 with tensordict 0.9.1,
-tonight verl 0.9.1 with tensordict 0.10.0: two packages changed, one is the cause, and the
-first release where the case ends as tonight is verl 0.9.1. The verl 0.8.0 wheel in the
-index is damaged, so that candidate cannot be installed: a skip, stepped around."""
+0.9.1, the default profile's, it passes. In each bisect two packages changed between the
+nights (verl and tensordict) and only verl is the cause. The index is a folder of the real
+wheels in which one verl wheel is damaged (a mirror's half-written download), so that
+candidate cannot be installed: a skip, never good or bad.
+
+- Upgrade (verl 0.7.1 -> 0.9.1, the case starts passing): the first release where it ends
+  as tonight is 0.9.1; 0.8.0's wheel is damaged and stepped around.
+- The nightly's step (``ci/bisect-night.sh``, the good night from the report's history) on a
+  downgrade (an image that came with verl 0.7.1: a new failure): 0.9.0's wheel is damaged,
+  so the first bad is 0.9.0 or 0.8.0 and the bisect says it cannot tell which (exit 2),
+  and the report's card says so."""
 
 from __future__ import annotations
 
@@ -39,9 +46,19 @@ pytestmark = pytest.mark.skipif(
            "bash ci/setup.sh --upstream")
 
 
+def _night(path: Path, overlay: list[Path]) -> Path:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, overlay))} if overlay \
+        else dict(os.environ)
+    subprocess.run([sys.executable, "-m", "pytest", CASE, "-q", "-p", "no:cacheprovider",
+                    f"--harness-results={path}"], cwd=ROOT, env=env, capture_output=True,
+                   check=False)
+    return path
+
+
 @pytest.fixture(scope="module")
 def nights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The index (real wheels, verl 0.8.0's damaged), the good night and tonight."""
+    """Two indexes (real wheels; verl 0.8.0's damaged in one, 0.9.0's in the other), and the
+    case run with verl 0.7.1 + tensordict 0.9.1 (overlaid) and as installed."""
     base = tmp_path_factory.mktemp("bisect")
     wheels = base / "wheels"
     for name, versions in WHEELS.items():
@@ -49,37 +66,44 @@ def nights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                             "--only-binary", ":all:", "-d", str(wheels), f"{name}=={version}"],
                            check=True)
-    damaged = next(wheels.glob("verl-0.8.0-*.whl"))
-    damaged.write_bytes(b"not a zip file: a mirror's half-written download")
-    pip = ("--no-index", f"--find-links={wheels}")
-    good_night = Overlays(base / "night-overlays", pip)
-    path = [good_night.get("verl", "0.7.1"), good_night.get("tensordict", "0.9.1")]
-    for name, extra in (("good", {"PYTHONPATH": os.pathsep.join(map(str, path))}),
-                        ("tonight", {})):
-        subprocess.run([sys.executable, "-m", "pytest", CASE, "-q", "-p", "no:cacheprovider",
-                        f"--harness-results={base / name}.jsonl"], cwd=ROOT,
-                       env={**os.environ, **extra}, capture_output=True, check=False)
-    return {"base": base, "wheels": wheels, "good": base / "good.jsonl",
-            "tonight": base / "tonight.jsonl"}
+    for damaged in ("0.8.0", "0.9.0"):
+        index = base / f"index-{damaged}"
+        index.mkdir()
+        for wheel in wheels.iterdir():
+            (index / wheel.name).write_bytes(
+                b"not a zip: a mirror's half-written download"
+                if wheel.name.startswith(f"verl-{damaged}-") else wheel.read_bytes())
+    old = Overlays(base / "night-overlays", ("--no-index", f"--find-links={wheels}"))
+    return {"base": base,
+            "old": _night(base / "old.jsonl", [old.get("verl", "0.7.1"),
+                                               old.get("tensordict", "0.9.1")]),
+            "new": _night(base / "new.jsonl", [])}
 
 
-def _bisect(nights: dict[str, Path], state: str, *extra: str) -> tuple[int, dict, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "harness", "bisect", str(nights["good"]),
-         str(nights["tonight"]), "--test", CASE, "--pip-option=--no-index",
-         f"--pip-option=--find-links={nights['wheels']}",
-         "--state", str(nights["base"] / state), *extra],
-        cwd=ROOT, capture_output=True, text=True, check=False)
-    out = nights["base"] / state / "bisect.json"
+def _options(nights: dict[str, Path], damaged: str, state: str) -> list[str]:
+    return ["--pip-option=--no-index",
+            f"--pip-option=--find-links={nights['base'] / f'index-{damaged}'}",
+            "--state", str(nights["base"] / state)]
+
+
+def _bisect(nights: dict[str, Path], *args: str) -> tuple[int, dict, str]:
+    done = subprocess.run([sys.executable, "-m", "harness", "bisect", *args], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    state = Path(args[args.index("--state") + 1])
+    out = state / "bisect.json"
     return done.returncode, json.loads(out.read_text()) if out.is_file() else {}, \
         done.stdout + done.stderr
 
 
 def test_the_bisect_names_the_package_and_the_release(nights: dict[str, Path]) -> None:
-    for night, verl in (("good", "0.7.1"), ("tonight", "0.9.1")):
+    for night, verl in (("old", "0.7.1"), ("new", "0.9.1")):
         header = json.loads(nights[night].read_text().splitlines()[0])
         assert header["manifest"]["verl"]["version"] == verl, night
-    status, outcome, text = _bisect(nights, "state")
+        assert header["manifest"]["tensordict"]["version"] == {"old": "0.9.1",
+                                                               "new": "0.10.0"}[night]
+    args = [str(nights["old"]), str(nights["new"]), "--test", CASE,
+            *_options(nights, "0.8.0", "up")]
+    status, outcome, text = _bisect(nights, *args)
     assert status == 0, text
     assert outcome["culprits"] == ["verl"]  # tensordict changed too, and is not the cause
     assert outcome["first_bad"] == {"package": "verl", "version": "0.9.1"}
@@ -91,15 +115,45 @@ def test_the_bisect_names_the_package_and_the_release(nights: dict[str, Path]) -
     assert outcome["card"] == "first bad: verl 0.9.1 (0.9.0 good), 2 candidates tried, 1 skip"
 
     # resumable: the same command again reruns nothing and says the same
-    status, again, text = _bisect(nights, "state")
+    status, again, text = _bisect(nights, *args)
     assert status == 0 and again["card"] == outcome["card"], text
     assert again["resumed_trials"] >= 6 and "resumed:" in text
     assert not [ln for ln in text.splitlines() if ln.endswith(" s)") or " s): " in ln], text
 
-
-def test_a_spent_budget_stops_exit_2_and_says_how_to_resume(nights: dict[str, Path]) -> None:
-    status, outcome, text = _bisect(nights, "budget", "--budget", "0")
+    # a spent budget stops before the next trial: exit 2, and how to resume
+    status, spent, text = _bisect(nights, *args[:-1], str(nights["base"] / "budget"),
+                                  "--budget", "0")
     assert status == 2, text
+    assert "budget of 0 s is spent" in spent["why"] and "again to resume" in spent["why"]
+
+
+def test_the_nightly_step_and_the_card_of_a_new_failure(nights: dict[str, Path]) -> None:
+    """verl 0.9.1 green last night, 0.7.1 tonight: a new failure. The nightly's step finds
+    the good night in the history; 0.9.0 cannot be installed, so the bisect cannot tell
+    0.9.0 from 0.8.0 and says so; the report's card shows it."""
+    base = nights["base"]
+    history = base / "history"
+    subprocess.run([sys.executable, "-m", "harness", "report", "history", "add",
+                    str(nights["new"]), "--history", str(history), "--date", "2026-01-01"],
+                   check=True, capture_output=True)
+    out = base / "night-out"
+    env = {**os.environ, "NPU_REGRESS_BISECT_STATE": str(base / "night-state")}
+    # pip's own environment settings: the nightly's step passes no pip options
+    env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(base / "index-0.9.0"))
+    done = subprocess.run(["bash", "ci/bisect-night.sh", str(nights["old"]), str(history),
+                           str(out), "900"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    outcome = json.loads((out / "bisect.json").read_text())
+    assert outcome["tests"] == [CASE] and outcome["culprits"] == ["verl"], outcome
     assert outcome["status"] == "not-found"
-    assert "budget of 0 s is spent" in outcome["why"]
-    assert "run the same command again to resume" in outcome["why"]
+    assert outcome["search"]["versions"] == ["0.9.1", "0.9.0", "0.8.0", "0.7.1"]
+    assert outcome["search"]["unresolved"] == ["0.9.0"]
+    assert "the first bad is one of 0.9.0, 0.8.0" in outcome["why"]
+
+    report = base / "report"
+    subprocess.run([sys.executable, "-m", "harness", "report", "render", str(nights["old"]),
+                    "--history", str(history), "--bisect", str(out / "bisect.json"),
+                    "--out", str(report)], check=True, capture_output=True)
+    [row] = json.loads((report / "summary.json").read_text())["new_failures"]
+    assert row["test"] == CASE and row["bisect"].startswith("culprit: verl; no single release")

@@ -40,7 +40,7 @@ def test_the_linter_catches_a_broken_workflow(tmp_path: Path) -> None:
 
 def test_shell_scripts_parse() -> None:
     for script in ("ci/run-suites.sh", "ci/setup.sh", "ci/lock.sh", "ci/upstream.sh", ".ci/run",
-                   "ci/compat.sh", "ci/wheel-smoke.sh"):
+                   "ci/compat.sh", "ci/wheel-smoke.sh", "ci/bisect-night.sh"):
         assert subprocess.run(["bash", "-n", str(ROOT / script)], check=False).returncode == 0
 
 
@@ -135,6 +135,11 @@ def test_nightly_runs_one_cpu_job_on_the_latest_releases() -> None:
     assert [(t["name"], t["image"]) for t in latest] == [("cpu-latest", "")]
     runs = [step.get("run", "") for step in nightly["jobs"]["suites"]["steps"]]
     assert "bash ci/setup.sh ${{ matrix.target.setup }}" in runs
+    # the CPU rows bisect their new failures; the report shows what the bisects found
+    assert any(r.startswith("bash ci/bisect-night.sh") for r in runs)
+    render = next(s["run"] for s in nightly["jobs"]["report"]["steps"]
+                  if s.get("name") == "Render")
+    assert '"${bisects[@]}"' in render and "runs/*/bisect.json" in render
 
 
 def test_the_wheel_declares_every_data_file_of_the_package() -> None:

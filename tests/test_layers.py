@@ -1,12 +1,13 @@
 """The package's layers, read from its imports with ``ast`` (every import, lazy ones inside
 functions included; ``if TYPE_CHECKING:`` blocks left out, they never run):
 
-    harness (the public API, ``__main__``, ``cli``) -> plugin (the pytest face)
+    harness (the public API, ``__main__``, ``cli``) -> plugin (the pytest face), bisect
+    (which drives pytest from outside)
     -> invariance, logprobs, hardware, patches (the check families)
     -> isolation (the core) -> stack (devices, upstream, dispatch)
 
 Imports go down or stay in a layer, never up; ``report`` reads files only and imports no
-other part of the harness (only the top and the pytest face may use it); and no module
+other part of the harness (only the top, the pytest face and the bisect may use it); and no module
 imports itself back through any chain (no circle)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "harness"
 #: package -> rank: lower ranks may import higher ones, never the reverse
-RANKS = {"": 0, "plugin": 1, "invariance": 2, "logprobs": 2, "hardware": 2, "patches": 2,
+RANKS = {"": 0, "plugin": 1, "bisect": 1, "invariance": 2, "logprobs": 2, "hardware": 2, "patches": 2,
          "collectives": 2,
          "isolation": 3, "stack": 4}
 REPORT = "report"
@@ -103,8 +104,9 @@ def problems(edges: dict[str, set[str]]) -> list[str]:
             where = f"{known[source].relative_to(ROOT)} imports {known[target].relative_to(ROOT)}"
             if a == REPORT and b != REPORT:
                 found.append(f"{where}: the report reads files only")
-            elif b == REPORT and a not in ("", "plugin", REPORT):
-                found.append(f"{where}: only the top and the pytest face use the report")
+            elif b == REPORT and a not in ("", "plugin", "bisect", REPORT):
+                found.append(f"{where}: only the top, the pytest face and the bisect use "
+                             "the report")
             elif a != REPORT and b != REPORT and RANKS[a] > RANKS[b]:
                 found.append(f"{where}: an upward import ({a or 'harness'} is below "
                              f"{b or 'harness'})")

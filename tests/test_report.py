@@ -615,3 +615,38 @@ def test_rollout_vs_training_figures_are_compared_night_to_night(tmp_path: Path)
     assert "**no longer zero-diff**" in md
     html = (out / "report.html").read_text()
     assert "no longer zero-diff" in html and "rollout-vs-training figures changed" in html
+
+
+def test_a_new_failure_card_carries_the_bisect_command_or_its_outcome(tmp_path: Path) -> None:
+    """Without a bisect: the command that runs one; with a bisect.json: what it found; a
+    file that is not a bisect outcome is said, not shown."""
+    history = tmp_path / "history"
+    good = _write(tmp_path / "good.jsonl", [
+        {**_header("a3", "2026-11-29"), "manifest": _manifest(vllm="0.23.0")},
+        _test("t::drift", "passed"), FOOTER])
+    tonight = _write(tmp_path / "tonight.jsonl", [
+        {**_header("a3", "2026-11-30"), "manifest": _manifest(vllm="0.24.0")},
+        _test("t::drift", "failed", longrepr="wake_up changed in meaning"), FOOTER])
+    hist.add([good], history)
+    out = tmp_path / "plain"
+    assert cli(["report", "render", str(tonight), "--out", str(out), "--history",
+                str(history)]) == 0
+    [row] = json.loads((out / "summary.json").read_text())["new_failures"]
+    assert row["bisect"] is None
+    assert row["bisect_command"] == (f"npu-regress bisect HISTORY/2026-11-29/a3.jsonl "
+                                     f"{tonight} --test t::drift")
+    assert "not run tonight; to find the first bad release" in (out / "report.html").read_text()
+
+    outcome = tmp_path / "bisect.json"
+    outcome.write_text(json.dumps({
+        "schema": 1, "runner": "a3", "tests": ["t::drift"], "status": "found",
+        "card": "first bad: vllm 0.24.0 (0.23.0 good), 0 candidates tried, 0 skips"}))
+    junk = _write(tmp_path / "junk.json", [{"schema": 1, "runner": "a3"}])
+    out = tmp_path / "with"
+    assert cli(["report", "render", str(tonight), "--out", str(out), "--history",
+                str(history), "--bisect", str(outcome), str(junk)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["new_failures"][0]["bisect"].startswith("first bad: vllm 0.24.0")
+    assert any(str(junk) in p and "not a bisect outcome" in p for p in summary["problems"])
+    assert "· bisect: first bad: vllm 0.24.0 (0.23.0 good)" in (out / "summary.md").read_text()
+    assert "bisect on a3" in (out / "report.html").read_text()

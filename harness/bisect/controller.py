@@ -2,7 +2,8 @@
 reproduces here and that the good night's versions of the changed packages make it go away,
 finds the culprit package (delta debugging), then its first bad release (or commit, with
 ``--source``), and writes ``bisect.json`` and a one-line card. Exit status: 0 when it names
-the first bad release, 2 when it cannot (and says why), 1 when its inputs are unusable."""
+the first bad release, 2 when it cannot (and says why), 3 when its inputs are unusable (1
+stays Python's own: a crash of the bisect, the harness's bug)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from harness.bisect import endpoints as ends
 from harness.bisect import index
@@ -24,8 +25,9 @@ from harness.bisect.overlay import Overlays
 from harness.bisect.search import BAD, FLAKY, GOOD, SKIP, ddmin, first_bad
 from harness.bisect.state import State, key, write_outcome
 from harness.bisect.trial import FAILING, Reference, Runner, Trial, judge
+from harness.report.load import load_any
 
-FOUND, NOT_FOUND, UNUSABLE = 0, 2, 1
+FOUND, NOT_FOUND, UNUSABLE = 0, 2, 3
 
 
 class BudgetSpent(Exception):
@@ -185,14 +187,25 @@ def card(outcome: dict[str, Any]) -> str:
     return f"not found: {outcome['why']}; {tail}"
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """A usage error is an unusable input (3), never "not found" (argparse's 2)."""
+        self.print_usage(sys.stderr)
+        self.exit(UNUSABLE, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="npu-regress bisect",
         description="From a red night to the first bad release: which changed package, "
                     "then which release of it, makes tonight's failures. Exit 0 found, 2 "
-                    "not found (said why), 1 unusable inputs.")
-    p.add_argument("good", type=Path, help="the runner's last green results.jsonl")
-    p.add_argument("bad", type=Path, help="tonight's results.jsonl (same runner)")
+                    "not found (said why), 3 unusable inputs.")
+    p.add_argument("nights", type=Path, nargs="+", metavar="RESULTS",
+                   help="GOOD BAD: the runner's last green results.jsonl and tonight's; with "
+                        "--history, tonight's only")
+    p.add_argument("--history", type=Path, metavar="DIR",
+                   help="the report's history folder: the good night is the latest night "
+                        "filed there for tonight's runner")
     p.add_argument("--test", action="append", default=[], metavar="ID",
                    help="a test id to bisect (repeatable; default: tonight's new failures)")
     p.add_argument("--rootdir", type=Path, default=Path.cwd(),
@@ -200,6 +213,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--state", type=Path, help="state folder (default: "
                    ".npu-regress-bisect/<runner>-<inputs digest>); rerun to resume")
     p.add_argument("--out", type=Path, help="bisect.json (default: in the state folder)")
+    p.add_argument("--quiet-when-nothing", action="store_true",
+                   help="exit 0 when tonight has no new failure (the nightly's step)")
     p.add_argument("--fresh", action="store_true", help="discard the state folder's trials")
     p.add_argument("--budget", type=float, metavar="SECONDS",
                    help="stop before a trial once this much time is spent (exit 2; rerun "
@@ -243,8 +258,33 @@ def _commit(checkout: str, rev: str) -> str:
     return done.stdout.strip()
 
 
+def _nights(args: argparse.Namespace) -> None:
+    """``args.good`` and ``args.bad``, from the two paths or from ``--history``."""
+    if args.history is None:
+        if len(args.nights) != 2:
+            raise ends.BisectInputError("give two results files, the good night's and "
+                                        "tonight's (or tonight's with --history DIR)")
+        args.good, args.bad = args.nights
+        return
+    if len(args.nights) != 1:
+        raise ends.BisectInputError("with --history give tonight's results file only")
+    args.bad = args.nights[0]
+    if not args.bad.is_file():
+        raise ends.BisectInputError(f"tonight's results {args.bad}: no such file")
+    tonight = load_any(args.bad)
+    filed = sorted(args.history.glob(f"*/{tonight.runner}.jsonl")) \
+        if args.history.is_dir() else []
+    earlier = [p for p in filed if p.parent.name < (tonight.date or "9999")]
+    if not earlier:
+        raise ends.BisectInputError(f"--history {args.history}: no earlier night of runner "
+                                    f"{tonight.runner!r} filed there (npu-regress report "
+                                    "history add files them)")
+    args.good = earlier[-1]
+
+
 def run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     started = time.monotonic()
+    _nights(args)
     endpoints = ends.read(args.good, args.bad, args.test or None, any_runner=args.any_runner)
     sources = _sources(args)
     for dist, (_, good, bad) in sources.items():  # a checkout's package: its commits decide
@@ -345,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         status, outcome = run(args)
+    except ends.NothingToBisect as exc:
+        print(f"npu-regress bisect: {exc}", file=sys.stderr)
+        return 0 if args.quiet_when_nothing else UNUSABLE
     except ends.BisectInputError as exc:
         print(f"npu-regress bisect: {exc}", file=sys.stderr)
         return UNUSABLE

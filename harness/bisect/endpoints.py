@@ -33,6 +33,10 @@ class BisectInputError(ValueError):
     """Inputs a bisect cannot start from (named, with the fix)."""
 
 
+class NothingToBisect(BisectInputError):
+    """Tonight has no new failure against the good night."""
+
+
 @dataclass(frozen=True)
 class Change:
     """One manifest entry that differs between the nights."""
@@ -130,7 +134,7 @@ def read(good_path: Path, bad_path: Path, tests: list[str] | None = None, *,
     changes = [c for c in changes if c.good != c.bad or c.key in NOT_REVERTIBLE]
     chosen = list(tests) if tests else new_failures(good, bad)
     if not chosen:
-        raise BisectInputError(
+        raise NothingToBisect(
             f"no test to bisect: {bad_path} has no new failure against {good_path} (failing "
             "tonight, passing on the good night); name the tests with --test ID")
     return Endpoints(good, bad, changes, chosen, notes)

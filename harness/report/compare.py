@@ -5,6 +5,7 @@ test still passes."""
 from __future__ import annotations
 
 import datetime as _dt
+import shlex
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -38,6 +39,10 @@ class Cell:
     #: that differ between that night and tonight (the bisect hint)
     last_passed: str | None = None
     changes: list[dict[str, Any]] = field(default_factory=lambda: _NO_CHANGES)
+    #: new failure: the bisect's card line where ``npu-regress bisect`` ran for it
+    #: (``report render --bisect``), else the command that runs it
+    bisect: str | None = None
+    bisect_command: str | None = None
     history: list[str] = field(default_factory=list)
     events_before: dict[str, int] | None = None
     events_now: dict[str, int] | None = None
@@ -334,6 +339,10 @@ def _bisect_hint(cell: Cell, past: Past, letters: str, run: RunResults) -> None:
         if letter in PASSING_LETTERS:
             cell.last_passed = night.date
             cell.changes = differences(night.header.get("manifest"), run.header.get("manifest"))
+            if cell.changes:
+                cell.bisect_command = (
+                    f"npu-regress bisect HISTORY/{night.date}/{run.runner}.jsonl "
+                    f"{shlex.quote(run.path)} --test {shlex.quote(cell.test)}")
             return
 
 

@@ -260,6 +260,11 @@ def failure_cards(comp: Comparison) -> list[Card]:
                     _message(first.longrepr) or "(no failure text recorded)",
                     _diagnoses(family, first, cells[0]), full=first.longrepr)
         for cell in cells:
+            if cell.bisect or cell.bisect_command:
+                card.diagnoses.insert(0, Diagnosis(
+                    f"bisect on {cell.runner}", cell.bisect
+                    or f"not run tonight; to find the first bad release:\n"
+                       f"{cell.bisect_command}"))
             if cell.status == "new-failure" and cell.last_passed:
                 card.diagnoses.insert(0, Diagnosis(
                     f"what changed on {cell.runner} since it last passed ({cell.last_passed})",

@@ -158,6 +158,8 @@ def summary_markdown(comp: Comparison) -> str:
 
 def _new_failure_row(r: dict[str, Any]) -> str:
     changed = changes_text(r["changes"]) or ("nothing" if r["last_passed"] else "")
+    if r.get("bisect"):
+        changed += f" · bisect: {r['bisect']}"
     return (f"| {_md(r['test'])} | {_md(r['runner'])} | {_md(r['outcome'])} | "
             f"{_md(r['last_passed'] or 'never in the window')} | {_md(changed)} |")
 

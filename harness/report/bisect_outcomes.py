@@ -1,0 +1,72 @@
+"""``bisect.json`` files (written by ``npu-regress bisect``) read onto tonight's new
+failures: the card of each new failure a bisect ran for says what it found ("first bad:
+vllm 0.24.0 (0.23.0 good), 3 candidates tried, 1 skip") or why it found nothing. Read as
+untrusted input like every other file of the report: a file that is not a bisect outcome is
+a problem said on the page, never a crash or a silent line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.report.compare import Comparison
+from harness.report.load import Problems, readable_file
+
+#: the bisect.json layouts this reader knows
+SCHEMAS = (1,)
+MAX_BYTES = 8 * 1024 * 1024
+
+
+def load(paths: list[Path]) -> tuple[list[dict[str, Any]], Problems]:
+    outcomes, problems = [], Problems()
+    for path in paths:
+        why = readable_file(path)
+        if why is None and path.stat().st_size > MAX_BYTES:
+            why = f"larger than {MAX_BYTES} bytes"
+        if why is not None:
+            problems.append(f"{path}: not read as a bisect outcome: {why}")
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        except ValueError as exc:
+            problems.append(f"{path}: not a bisect outcome (not JSON: {exc})")
+            continue
+        fault = _fault(data)
+        if fault:
+            problems.append(f"{path}: not a bisect outcome ({fault})")
+            continue
+        outcomes.append(data)
+    return outcomes, problems
+
+
+def _fault(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    if data.get("schema") not in SCHEMAS:
+        return f"schema {str(data.get('schema'))[:20]!r}, this reader knows {SCHEMAS}"
+    for name, kind in (("runner", str), ("card", str), ("status", str), ("tests", list)):
+        if not isinstance(data.get(name), kind):
+            return f"'{name}' missing or not a {kind.__name__}"
+    if not all(isinstance(t, str) for t in data["tests"]):
+        return "'tests' holds a non-string"
+    return None
+
+
+def attach(comp: Comparison, outcomes: list[dict[str, Any]]) -> Problems:
+    """Each outcome's card line onto its runner's cells of its tests; an outcome for tests
+    that are not tonight's failures of that runner is said (an old or misplaced file)."""
+    problems = Problems()
+    for outcome in outcomes:
+        text = outcome["card"][:400]
+        matched = 0
+        for test in outcome["tests"]:
+            cell = comp.cells.get((test, outcome["runner"]))
+            if cell is not None and cell.outcome in ("failed", "error"):
+                cell.bisect = text
+                matched += 1
+        if not matched:
+            problems.append(f"bisect of runner {outcome['runner']!r} "
+                            f"({', '.join(outcome['tests'])[:200]}): none of its tests fails "
+                            "on that runner tonight: not shown (another night's bisect?)")
+    return problems
