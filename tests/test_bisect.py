@@ -192,3 +192,53 @@ def test_the_card_line() -> None:
                  "last_good": {"package": "vllm", "version": "0.23.0"},
                  "candidates_tried": 3, "skips": 1}) == \
         "first bad: vllm 0.24.0 (0.23.0 good), 3 candidates tried, 1 skip"
+
+
+# --- a checkout's commits (--source) --------------------------------------------------------
+
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_a_checkout_s_commits_are_bisected_to_the_first_bad_one(tmp_path: Path) -> None:
+    """Six commits of a package; the fourth changes its value and the test fails from
+    there on. The bisect, given the checkout, names the fourth commit (e2e: real trials)."""
+    import os
+    import subprocess
+    import sys
+
+    repo, root = tmp_path / "toy", tmp_path / "suite"
+    (repo / "toypkg").mkdir(parents=True)
+    root.mkdir()
+    (root / "test_toy.py").write_text(
+        "import toypkg\n\ndef test_value():\n"
+        "    assert toypkg.VALUE == 1, f'toypkg says {toypkg.VALUE}'\n")
+    _git(tmp_path, "init", "-q", str(repo))
+    commits = []
+    for n in range(6):
+        (repo / "toypkg" / "__init__.py").write_text(f"VALUE = {1 if n < 3 else 2}\n# {n}\n")
+        _git(repo, "add", "-A")
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"c{n}")
+        commits.append(_git(repo, "rev-parse", "HEAD"))
+    for name, commit in (("good", commits[0]), ("bad", commits[-1])):
+        tree = tmp_path / f"tree-{name}"
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(repo), "archive", commit, "toypkg"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        subprocess.run([sys.executable, "-m", "pytest", "test_toy.py", "-q", "-p",
+                        "no:cacheprovider", f"--harness-results={tmp_path / name}.jsonl"],
+                       cwd=root, env={**os.environ, "PYTHONPATH": str(tree)},
+                       capture_output=True, check=False)
+    state = tmp_path / "state"
+    status = main([str(tmp_path / "good.jsonl"), str(tmp_path / "bad.jsonl"),
+                   "--source", f"toypkg={repo}", "--revisions", f"{commits[0]}..{commits[-1]}",
+                   "--rootdir", str(root), "--state", str(state)])
+    outcome = json.loads((state / "bisect.json").read_text())
+    assert status == 0, outcome["why"]
+    assert outcome["first_bad"] == {"package": "toypkg", "version": f"git:{commits[3]}"}
+    assert outcome["last_good"] == {"package": "toypkg", "version": f"git:{commits[2]}"}
+    assert outcome["candidates_tried"] <= 3

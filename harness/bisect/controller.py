@@ -26,6 +26,11 @@ from harness.bisect.search import BAD, FLAKY, GOOD, SKIP, ddmin, first_bad
 from harness.bisect.state import State, key, write_outcome
 from harness.bisect.trial import FAILING, Reference, Runner, Trial, judge
 from harness.report.load import load_any
+from harness.stack.pairing import table as pairing_table
+
+#: vllm-ascend release -> the vLLM its compatibility matrix pairs it with
+PAIRS = {release: str(row.get("vllm", "")) for release, row in
+         pairing_table().get("vllm_ascend", {}).items()}
 
 FOUND, NOT_FOUND, UNUSABLE = 0, 2, 3
 
@@ -70,6 +75,17 @@ class Bisect:
             "seconds": round(trial.seconds, 1)}})
         return trial
 
+    def _skip(self, assignment: dict[str, str], role: str, why: str) -> str:
+        """A candidate that is not tried at all (said, kept like a trial)."""
+        k = key(assignment)
+        if k not in self.state.trials:
+            self.state.trials[k] = Trial(assignment, SKIP, why)
+            self.state.save()
+            print(f"npu-regress bisect: {role}: skip: {why}", flush=True)
+        self.log.append({"role": role, "rerun": False, "assignment": assignment,
+                         "verdict": SKIP, "why": why, "seconds": 0.0})
+        return SKIP
+
     def verdict(self, assignment: dict[str, str], role: str) -> str:
         return self._trial(assignment, role).verdict
 
@@ -103,18 +119,33 @@ class Bisect:
                     "a bisect can revert" + (f"; also changed: {fixed}" if fixed else ""))
         return None
 
-    def culprits(self) -> list[ends.Change]:
+    def units(self) -> list[list[ends.Change]]:
+        """The changes, those that only move together as one unit: vllm-ascend and the vLLM
+        its compatibility matrix pairs it with, when both nights follow the matrix ("do not
+        mix components from different releases")."""
         changes = self.endpoints.revertible
-        if len(changes) == 1:
-            return changes
+        by_dist = {c.distribution: c for c in changes}
+        ascend, vllm = by_dist.get("vllm-ascend"), by_dist.get("vllm")
+        if ascend is None or vllm is None or not (
+                PAIRS.get(str(ascend.good)) == vllm.good
+                and PAIRS.get(str(ascend.bad)) == vllm.bad):
+            return [[c] for c in changes]
+        return [[ascend, vllm], *([c] for c in changes if c not in (ascend, vllm))]
 
-        def probe(subset: list[ends.Change]) -> str:
-            assignment = {c.distribution: str(c.bad if c in subset else c.good)
+    def culprits(self) -> list[list[ends.Change]]:
+        units = self.units()
+        if len(units) == 1:
+            return units
+        changes = self.endpoints.revertible
+
+        def probe(subset: list[list[ends.Change]]) -> str:
+            moved = [c for unit in subset for c in unit]
+            assignment = {c.distribution: str(c.bad if c in moved else c.good)
                           for c in changes}
             return self.verdict(assignment, "which package: " + ", ".join(
-                f"{c.distribution} {c.bad}" for c in subset) + " at tonight's")
+                f"{c.distribution} {c.bad}" for c in moved) + " at tonight's")
 
-        return ddmin(changes, probe)
+        return ddmin(units, probe)
 
     def versions(self, change: ends.Change, sources: dict[str, tuple[Path, str, str]],
                  pip_options: tuple[str, ...]) -> list[str]:
@@ -124,14 +155,24 @@ class Bisect:
         return index.between(change.distribution, str(change.good), str(change.bad),
                              pip_options=pip_options)
 
-    def release(self, change: ends.Change, versions: list[str]) -> dict[str, Any]:
+    def release(self, unit: list[ends.Change], versions: list[str]) -> dict[str, Any]:
+        """The first bad of ``versions`` of the unit's lead (a paired vLLM following it),
+        the other changed packages at the good night's versions."""
+        change = unit[0]
         held = {c.distribution: str(c.good) for c in self.endpoints.revertible}
 
         def at(i: int) -> dict[str, str]:
-            return {**held, change.distribution: versions[i]}
+            assignment = {**held, change.distribution: versions[i]}
+            for follower in unit[1:]:  # vLLM, as vllm-ascend's matrix pairs it
+                assignment[follower.distribution] = PAIRS.get(versions[i], "")
+            return assignment
 
         def probe(i: int) -> str:
-            return self.verdict(at(i), f"which release of {change.distribution}")
+            role = f"which release of {change.distribution}"
+            if "" in at(i).values():
+                return self._skip(at(i), role, f"{change.distribution} {versions[i]}: no vLLM "
+                                  "pairing in its matrix (harness/stack/pairings.toml)")
+            return self.verdict(at(i), role)
 
         def rerun(i: int) -> str:
             return self._trial(at(i), f"rerun of {change.distribution} {versions[i]}",
@@ -177,10 +218,15 @@ def card(outcome: dict[str, Any]) -> str:
     tried = outcome.get("candidates_tried", 0)
     skips = outcome.get("skips", 0)
     tail = f"{tried} candidate{'s' * (tried != 1)} tried, {skips} skip{'s' * (skips != 1)}"
+    if outcome.get("flaky"):
+        tail += f", {len(outcome['flaky'])} flaky (rerun disagreed: {', '.join(outcome['flaky'])})"
     if outcome["status"] == "found":
         first, last = outcome["first_bad"], outcome["last_good"]
-        return (f"first bad: {first['package']} {first['version']} ({last['version']} good), "
-                f"{tail}")
+        # "good" only where the good night's tests passed; a test that failed another way
+        # that night (a fix bisected, an API that did not exist yet) ended "as that night"
+        good = "good" if outcome.get("good_night_passed", True) else "as the good night"
+        return (f"first bad: {first['package']} {first['version']} ({last['version']} "
+                f"{good}), {tail}")
     if outcome.get("culprits"):
         return f"culprit: {', '.join(outcome['culprits'])}; no single release: " \
             f"{outcome['why']}; {tail}"
@@ -310,6 +356,8 @@ def run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         "runner": endpoints.bad.runner, "good": str(args.good), "bad": str(args.bad),
         "good_date": endpoints.good.date, "bad_date": endpoints.bad.date,
         "tests": endpoints.tests, "notes": endpoints.notes,
+        "good_night_passed": all(not endpoints.good.tests[t].failing
+                                 for t in endpoints.tests if t in endpoints.good.tests),
         "changes": [{"package": c.distribution, "good": c.good, "bad": c.bad,
                      "not_revertible": c.not_revertible} for c in endpoints.changes],
         "state": str(folder), "resumed_trials": state.resumed,
@@ -351,16 +399,20 @@ def _search(bisect: Bisect, endpoints: ends.Endpoints,
     if why:
         outcome.update(status="not-found", why=why)
         return NOT_FOUND
-    culprits = bisect.culprits()
-    outcome["culprits"] = [c.distribution for c in culprits]
-    if len(culprits) != 1:
+    units = bisect.culprits()
+    outcome["culprits"] = [c.distribution for unit in units for c in unit]
+    if len(units) > 1:
+        outcome["paired"] = [[c.distribution for c in unit] for unit in units if len(unit) > 1]
         outcome.update(status="not-found", why="the failure needs tonight's versions of "
                        f"{' and '.join(outcome['culprits'])} together (each alone is not "
                        "enough): no single release to name")
         return NOT_FOUND
-    culprit = culprits[0]
+    [unit] = units
+    if len(unit) > 1:
+        outcome["paired"] = [[c.distribution for c in unit]]
+    culprit = unit[0]
     versions = bisect.versions(culprit, sources, pip_options)
-    found = bisect.release(culprit, versions)
+    found = bisect.release(unit, versions)
     outcome["search"] = found
     if not found["found"]:
         outcome.update(status="not-found", why=(

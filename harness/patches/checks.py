@@ -30,7 +30,7 @@ from typing import Any
 
 from harness.patches.declare import Behaviour, DeclaredPatch, install, resolve, split
 from harness.patches.fingerprint import KINDS, classify, fingerprints
-from harness.stack.upstream import import_upstream
+from harness.stack.upstream import UpstreamDrift, import_upstream
 
 #: how long a spawned engine-like process may take to import the stack and report
 SPAWN_TIMEOUT_S = 180.0
@@ -50,7 +50,11 @@ def prepare(patch: DeclaredPatch) -> Callable[[], Any]:
 
         standin.stand_in_native_names()
     import_upstream(split(patch.apply)[0], skip_inits=patch.skip_inits)
-    apply: Callable[[], Any] = resolve(patch.apply)
+    try:
+        apply: Callable[[], Any] = resolve(patch.apply)
+    except AttributeError as exc:  # a release before (or after) the patch: not its finding
+        raise UpstreamDrift(f"upstream drift: {patch.releases()} has no {patch.apply} "
+                            f"({exc})") from None
     # A running engine has its layers imported before any patch runs (vLLM loads the
     # platform, its ops and attention backends first); a fresh process that let the patch
     # import them in its own order would meet import cycles the engine never meets
