@@ -212,3 +212,25 @@ def test_the_standin_names_every_native_symbol_and_runs_none() -> None:
     assert "NPUGraph" in graph and module == "torch_npu.contrib.function"
     assert message == ("torch_npu.npu_fusion_attention is native torch_npu code: the CPU "
                        "stand-in does not run it")
+
+
+def test_a_release_without_the_patch_function_is_upstream_drift(pytester) -> None:  # type: ignore[no-untyped-def]
+    """verl 0.9.0 has no patch_vllm_glm52_partial_wake_up (0.9.1 added it): the guard's
+    failure there is upstream drift, not a finding about the release's patch."""
+    from harness.stack.upstream import UpstreamDrift
+
+    with pytest.raises(UpstreamDrift, match="has no tests.patch_toy:apply_gone"):
+        checks.prepare(declared("apply_gone"))
+    pytester.makepyfile(test_gone="""
+        from harness.patches import checks
+        from tests.patch_toy import declared
+
+        def test_applies(run_on_npu):
+            run_on_npu(checks.check_applies, declared("apply_gone"))
+    """)
+    pytester.syspathinsert(str(Path(__file__).resolve().parent.parent))
+    results = pytester.path / "r.jsonl"
+    pytester.runpytest(f"--harness-results={results}").assert_outcomes(failed=1)
+    [test] = [json.loads(ln) for ln in results.read_text().splitlines()
+              if json.loads(ln)["type"] == "test"]
+    assert test["category"] == "upstream-drift"

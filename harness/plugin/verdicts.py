@@ -31,6 +31,7 @@ else:  # pragma: no cover - Python 3.10
 import pytest
 
 from harness.stack.requirements import in_range
+from harness.stack.upstream import UpstreamDrift
 from harness.stack.upstream import version as installed_version
 
 LEDGER = Path(__file__).with_name("known_findings.toml")
@@ -257,6 +258,11 @@ class Verdicts:
             self._ledger(report, finding, call)
         if report.failed and not any(k == "verdict" for k, _ in report.user_properties):
             self._file(report)
+        drift = getattr(call.excinfo, "value", None)
+        if report.failed and isinstance(drift, UpstreamDrift) and not any(
+                k == "upstream_drift" for k, _ in report.user_properties):
+            # a check that lets the adapter's UpstreamDrift through is filed as drift too
+            report.user_properties.append(("upstream_drift", str(drift)))
         return report
 
     def _ledger(self, report: pytest.TestReport, finding: Finding,
