@@ -34,6 +34,7 @@ LONGEST_FIRST = ("tests/test_suites_on_cpu.py::", "tests/test_vllm_engine.py::te
 E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_peers.py",
        "tests/test_ci.py", "tests/test_bisect_real.py",
        "tests/test_bisect.py::test_a_checkout_s_commits_are_bisected_to_the_first_bad_one",
+       "tests/test_bisect.py::test_a_trial_past_its_limit_is_a_skip_and_leaves_nothing",
        # the hardware suite's negative controls: the whole real suite, once per broken rule
        "tests/test_hardware.py::test_suite_catches_a_broken_rule",
        # whole pytest sessions (xdist controller and workers) killed by a signal

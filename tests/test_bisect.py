@@ -242,3 +242,33 @@ def test_a_checkout_s_commits_are_bisected_to_the_first_bad_one(tmp_path: Path) 
     assert outcome["first_bad"] == {"package": "toypkg", "version": f"git:{commits[3]}"}
     assert outcome["last_good"] == {"package": "toypkg", "version": f"git:{commits[2]}"}
     assert outcome["candidates_tried"] <= 3
+
+
+def test_a_trial_past_its_limit_is_a_skip_and_leaves_nothing(tmp_path: Path) -> None:
+    """A hung candidate: its trial ends at --trial-timeout as a skip, and what its pytest
+    started (a sleeper) is ended with it."""
+    import os
+    import time
+
+    from harness.bisect.overlay import Overlays
+    from harness.bisect.trial import Runner
+
+    pidfile = tmp_path / "sleeper.pid"
+    (tmp_path / "test_hang.py").write_text(
+        "import subprocess, time\n\ndef test_hang():\n"
+        "    p = subprocess.Popen(['sleep', '600'])\n"
+        f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "    time.sleep(600)\n")
+    runner = Runner(["test_hang.py::test_hang"], tmp_path, Overlays(tmp_path / "ov"), {},
+                    timeout=8)
+    ends_, why, seconds, status = runner.run({})
+    assert ends_ == {} and why == "timed out after 8 s" and status is None
+    pid = int(pidfile.read_text())
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the trial's sleeper {pid} outlived it")

@@ -11,6 +11,7 @@ or a failure of another kind (an import error of an old release is not tonight's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -122,10 +123,12 @@ class Runner:
             try:
                 output, _ = proc.communicate(timeout=self.timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
+                _end(proc)
                 return {}, f"timed out after {self.timeout:.0f} s", \
                     time.monotonic() - start, None
+            except BaseException:  # Ctrl-C, SIGTERM: the trial's processes go with it
+                _end(proc)
+                raise
             seconds = time.monotonic() - start
             if proc.returncode in PYTEST_TROUBLE or not results.is_file():
                 tail = " / ".join(output.strip().splitlines()[-3:])
@@ -154,6 +157,19 @@ class Runner:
                 return (f"the overlay did not take: the run read {dist} {seen}, the "
                         f"candidate is {version}")
         return None
+
+
+def _end(proc: subprocess.Popen[str], grace: float = 10.0) -> None:
+    """The trial's pytest ended as a CI job ends one: SIGTERM to its process group (the
+    harness ends its isolated children and writes its footer), then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.communicate(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _like(end: Ending, ref: Ending) -> bool:
