@@ -272,3 +272,22 @@ def test_a_trial_past_its_limit_is_a_skip_and_leaves_nothing(tmp_path: Path) -> 
         time.sleep(0.1)
     else:
         pytest.fail(f"the trial's sleeper {pid} outlived it")
+
+
+def test_the_good_night_is_found_where_the_history_files_it(tmp_path: Path) -> None:
+    """A runner name the history files under another name ('a3 runner' as a3_runner): the
+    bisect finds its latest earlier night there, not a later or a linked one."""
+    from harness.report import history_folder as hist
+
+    history = tmp_path / "history"
+    for date in ("2026-12-01", "2026-12-02"):
+        night = _night(tmp_path / f"{date}.jsonl", "a3 runner", {"vllm": "0.23.0"},
+                       {"t::a": "passed"})
+        hist.add([night], history, date=date)
+    tonight = _night(tmp_path / "tonight.jsonl", "a3 runner", {"vllm": "0.24.0"},
+                     {"t::a": "failed"})
+    found = ends.read(None, tonight, history=history)
+    assert found.good_path == history / "2026-12-02" / "a3_runner.jsonl"
+    assert found.tests == ["t::a"]
+    assert hist.latest_night(history, "a3 runner", "2026-12-02") == \
+        history / "2026-12-01" / "a3_runner.jsonl"

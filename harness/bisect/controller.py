@@ -25,7 +25,6 @@ from harness.bisect.overlay import Overlays
 from harness.bisect.search import BAD, FLAKY, GOOD, SKIP, ddmin, first_bad
 from harness.bisect.state import State, key, write_outcome
 from harness.bisect.trial import FAILING, Reference, Runner, Trial, judge
-from harness.report.load import load_any
 from harness.stack.pairing import table as pairing_table
 
 #: vllm-ascend release -> the vLLM its compatibility matrix pairs it with
@@ -188,16 +187,15 @@ class Bisect:
 
 
 def commits(checkout: Path, good: str, bad: str) -> list[str]:
-    """``[good, ..., bad]``: the first-parent commits from good to bad, oldest first."""
+    """``[good, ..., bad]``: the first-parent commits from good to bad, oldest first
+    (``good`` and ``bad`` as ``_sources`` resolved them)."""
     done = subprocess.run(["git", "-C", str(checkout), "rev-list", "--first-parent",
                            "--reverse", f"{good}..{bad}"], capture_output=True, text=True,
                           check=False)
-    resolved = subprocess.run(["git", "-C", str(checkout), "rev-parse", good],
-                              capture_output=True, text=True, check=False)
-    if done.returncode != 0 or resolved.returncode != 0:
+    if done.returncode != 0:
         raise ends.BisectInputError(f"--source {checkout}: git cannot list {good}..{bad}: "
-                                    + (done.stderr or resolved.stderr).strip()[-300:])
-    return [resolved.stdout.strip(), *done.stdout.split()]
+                                    + done.stderr.strip()[-300:])
+    return [good, *done.stdout.split()]
 
 
 def installed_versions(python: str) -> dict[str, str | None]:
@@ -304,39 +302,27 @@ def _commit(checkout: str, rev: str) -> str:
     return done.stdout.strip()
 
 
-def _nights(args: argparse.Namespace) -> None:
-    """``args.good`` and ``args.bad``, from the two paths or from ``--history``."""
+def _nights(args: argparse.Namespace) -> tuple[Path | None, Path]:
+    """The good night's path (None: from ``--history``) and tonight's."""
     if args.history is None:
         if len(args.nights) != 2:
             raise ends.BisectInputError("give two results files, the good night's and "
                                         "tonight's (or tonight's with --history DIR)")
-        args.good, args.bad = args.nights
-        return
+        return args.nights[0], args.nights[1]
     if len(args.nights) != 1:
         raise ends.BisectInputError("with --history give tonight's results file only")
-    args.bad = args.nights[0]
-    if not args.bad.is_file():
-        raise ends.BisectInputError(f"tonight's results {args.bad}: no such file")
-    tonight = load_any(args.bad)
-    filed = sorted(args.history.glob(f"*/{tonight.runner}.jsonl")) \
-        if args.history.is_dir() else []
-    earlier = [p for p in filed if p.parent.name < (tonight.date or "9999")]
-    if not earlier:
-        raise ends.BisectInputError(f"--history {args.history}: no earlier night of runner "
-                                    f"{tonight.runner!r} filed there (npu-regress report "
-                                    "history add files them)")
-    args.good = earlier[-1]
+    return None, args.nights[0]
 
 
 def run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     started = time.monotonic()
-    _nights(args)
-    endpoints = ends.read(args.good, args.bad, args.test or None, any_runner=args.any_runner)
+    endpoints = ends.read(*_nights(args), args.test or None, any_runner=args.any_runner,
+                          history=args.history)
+    args.good, args.bad = endpoints.good_path, Path(endpoints.bad.path)
     sources = _sources(args)
     for dist, (_, good, bad) in sources.items():  # a checkout's package: its commits decide
         endpoints.changes = [c for c in endpoints.changes if c.distribution != dist] + [
-            ends.Change(next((k for k, d in ends.PACKAGES.items() if d == dist), dist),
-                        COMMIT_PREFIX + good, COMMIT_PREFIX + bad)]
+            ends.Change(ends.manifest_key(dist), COMMIT_PREFIX + good, COMMIT_PREFIX + bad)]
     inputs = {"good": _digest(args.good), "bad": _digest(args.bad),
               "tests": endpoints.tests, "pytest_args": args.pytest_arg,
               "pip_options": args.pip_option, "sources": sorted(args.source),
@@ -376,9 +362,8 @@ def run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                                        if t["role"].startswith("which release")})
     outcome["skips"] = sum(1 for t in bisect.log if t["verdict"] in (SKIP, FLAKY)
                            and not t["rerun"])
-    outcome["flaky"] = sorted({key(t["assignment"]) for t in bisect.log
-                               if t["rerun"] and t["verdict"] != state.trials.get(
-                                   key(t["assignment"]), Trial({}, "", "")).verdict})
+    outcome["flaky"] = sorted(k for k, again in state.reruns.items()
+                              if k in state.trials and again.verdict != state.trials[k].verdict)
     outcome["seconds"] = round(time.monotonic() - started, 1)
     outcome["trial_seconds"] = round(sum(t.seconds for t in state.trials.values())
                                      + sum(t.seconds for t in state.reruns.values()), 1)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.plugin.stack_manifest import PACKAGES
+from harness.report.history_folder import latest_night
 from harness.report.load import RunResults, load_any
 from harness.report.manifest_diff import differences
 from harness.stack.sources import PACKAGES as SOURCE_PACKAGES
@@ -27,6 +28,12 @@ NOT_REVERTIBLE = {
 
 #: a version naming a commit of a ``--source`` checkout
 COMMIT_PREFIX = "git:"
+
+
+def manifest_key(distribution: str) -> str:
+    """The manifest entry a distribution is recorded under (``vllm-ascend``: ``vllm_ascend``;
+    a profile's other packages under their own names)."""
+    return next((k for k, d in PACKAGES.items() if d == distribution), distribution)
 
 
 class BisectInputError(ValueError):
@@ -79,6 +86,8 @@ class Endpoints:
     changes: list[Change]
     tests: list[str]
     notes: list[str] = field(default_factory=list)
+    #: the good night's file (given, or found in the history)
+    good_path: Path | None = None
 
     @property
     def revertible(self) -> list[Change]:
@@ -116,9 +125,19 @@ def new_failures(good: RunResults, bad: RunResults) -> list[str]:
                   and good.tests[test_id].outcome != "skipped")
 
 
-def read(good_path: Path, bad_path: Path, tests: list[str] | None = None, *,
-         any_runner: bool = False) -> Endpoints:
-    good, bad = _load(good_path, "the good night's"), _load(bad_path, "tonight's")
+def read(good_path: Path | None, bad_path: Path, tests: list[str] | None = None, *,
+         any_runner: bool = False, history: Path | None = None) -> Endpoints:
+    """The two nights; with ``history`` (and no ``good_path``) the good night is tonight's
+    runner's latest night filed there."""
+    bad = _load(bad_path, "tonight's")
+    if good_path is None:
+        good_path = latest_night(history, bad.runner, bad.date or None) \
+            if history is not None else None
+        if good_path is None:
+            raise BisectInputError(f"--history {history}: no earlier night of runner "
+                                   f"{bad.runner!r} filed there (npu-regress report history "
+                                   "add files them)")
+    good = _load(good_path, "the good night's")
     notes = []
     if good.runner != bad.runner:
         if not any_runner:
@@ -137,4 +156,4 @@ def read(good_path: Path, bad_path: Path, tests: list[str] | None = None, *,
         raise NothingToBisect(
             f"no test to bisect: {bad_path} has no new failure against {good_path} (failing "
             "tonight, passing on the good night); name the tests with --test ID")
-    return Endpoints(good, bad, changes, chosen, notes)
+    return Endpoints(good, bad, changes, chosen, notes, good_path=good_path)

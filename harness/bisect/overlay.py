@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.bisect.endpoints import COMMIT_PREFIX
 from harness.stack.sources import PACKAGES as SOURCE_PACKAGES
-from harness.stack.sources import SourcesError, unpack, write_build_info
+from harness.stack.sources import SourcesError, soc_version, unpack, write_build_info
 
 
 class OverlayError(RuntimeError):
@@ -88,7 +88,7 @@ class Overlays:
         subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
         if distribution == "vllm-ascend" and (into / "setup.py").is_file():
             try:
-                write_build_info(into, "ascend910b1")
+                write_build_info(into, soc_version())
             except Exception as exc:  # noqa: BLE001 - an old setup.py: the import will say
                 raise OverlayError(f"vllm-ascend {commit[:12]}: its setup.py's "
                                    f"gen_build_info failed ({exc})") from None

@@ -23,17 +23,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.bisect.endpoints import COMMIT_PREFIX, manifest_key
 from harness.bisect.overlay import OverlayError, Overlays
 from harness.bisect.search import BAD, GOOD, SKIP
-from harness.plugin.stack_manifest import PACKAGES
 from harness.plugin.verdicts import failure_lines
 from harness.report.load import RunResults, load_any
 
 #: categories that say a failure is ours (the harness, the stand-in), never a release's
 OURS = ("harness", "stand-in-limit")
+#: outcomes that are a failure
+FAILING = ("failed", "error")
 #: pytest's exit statuses that say the run itself went wrong (interrupted, internal error,
 #: usage error, nothing collected), as vllm-ascend's tools/bisect counts them
-FAILING = ("failed", "error")
 PYTEST_TROUBLE = {2: "interrupted", 3: "internal error", 4: "usage error",
                   5: "no tests collected"}
 _VOLATILE = [(re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
@@ -149,11 +150,11 @@ class Runner:
     @staticmethod
     def _overlay_not_taken(run: RunResults, assignment: dict[str, str]) -> str | None:
         manifest = run.header.get("manifest") or {}
-        by_dist = {dist: key for key, dist in PACKAGES.items()}
         for dist, version in assignment.items():
-            entry = manifest.get(by_dist.get(dist, dist))
+            entry = manifest.get(manifest_key(dist))
             seen = entry.get("version") if isinstance(entry, dict) else None
-            if not version.startswith("git:") and seen is not None and str(seen) != version:
+            if not version.startswith(COMMIT_PREFIX) and seen is not None \
+                    and str(seen) != version:
                 return (f"the overlay did not take: the run read {dist} {seen}, the "
                         f"candidate is {version}")
         return None

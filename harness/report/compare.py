@@ -8,9 +8,11 @@ import datetime as _dt
 import shlex
 from collections import Counter
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from harness.report.folded_nights import FAILING_LETTERS, OUTCOME_OF, PASSING_LETTERS, History, Past
+from harness.report.history_folder import night_file
 from harness.report.load import Problems, RunResults, TestResult
 
 #: outcome flips (pass <-> fail) within the window that make a test flaky
@@ -340,9 +342,9 @@ def _bisect_hint(cell: Cell, past: Past, letters: str, run: RunResults) -> None:
             cell.last_passed = night.date
             cell.changes = differences(night.header.get("manifest"), run.header.get("manifest"))
             if cell.changes:
-                cell.bisect_command = (
-                    f"npu-regress bisect HISTORY/{night.date}/{run.runner}.jsonl "
-                    f"{shlex.quote(run.path)} --test {shlex.quote(cell.test)}")
+                filed = night_file(Path("HISTORY"), night.date, run.runner)
+                cell.bisect_command = (f"npu-regress bisect {shlex.quote(str(filed))} "
+                                       f"{shlex.quote(run.path)} --test {shlex.quote(cell.test)}")
             return
 
 

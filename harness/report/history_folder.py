@@ -22,6 +22,25 @@ def safe_name(runner: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", runner)[:100] or "runner"
 
 
+def night_file(history: Path, date: str, runner: str) -> Path:
+    """Where ``add`` files ``runner``'s results of the night ``date``."""
+    return history / date / f"{safe_name(runner)}.jsonl"
+
+
+def latest_night(history: Path, runner: str, before: str | None) -> Path | None:
+    """``runner``'s file of the latest night filed before ``before`` (a real folder and a
+    regular file, never a link), or None."""
+    if not history.is_dir():
+        return None
+    for night in sorted((p for p in history.iterdir() if _DATE.fullmatch(p.name)),
+                        reverse=True):
+        path = night_file(history, night.name, runner)
+        if (before is None or night.name < before) and not night.is_symlink() \
+                and not path.is_symlink() and path.is_file():
+            return path
+    return None
+
+
 class NotFiled(list[str]):
     """``add``'s messages; ``refused`` counts the inputs that were not filed."""
 
@@ -83,7 +102,7 @@ def _free_name(folder: Path, run: RunResults, path: Path) -> tuple[Path | None, 
     """Where ``run`` is filed in ``folder`` without overwriting anything, and what to say
     about it; (None, why) where it is not filed."""
     name = safe_name(run.runner)
-    target = folder / f"{name}.jsonl"
+    target = night_file(folder.parent, folder.name, run.runner)
     if target.is_symlink() or not target.exists():
         return target, ""  # a link there is not a night of ours: replaced, never followed
     if _same_bytes(target, path):

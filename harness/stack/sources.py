@@ -30,6 +30,12 @@ ASCEND_EXTRA = ("docs/source/community/versioning_policy.md", "requirements.txt"
 DEFAULT_SOC = "ascend910b1"
 
 
+def soc_version() -> str:
+    """The chip vllm-ascend's build-time file is written for: ``$SOC_VERSION``, else
+    ``DEFAULT_SOC``."""
+    return os.environ.get("SOC_VERSION") or DEFAULT_SOC
+
+
 class SourcesError(RuntimeError):
     """A release whose sources could not be fetched or unpacked (named, with pip's text)."""
 
@@ -74,7 +80,7 @@ def unpack(name: str, version: str, dest: Path, *, python: str = sys.executable,
     with tempfile.TemporaryDirectory() as tmp:
         download = Path(tmp)
         if name == "vllm-ascend":
-            soc = os.environ.get("SOC_VERSION") or DEFAULT_SOC
+            soc = soc_version()
             # the sdist's metadata step runs its setup.py: it needs setuptools_scm and wheel
             # (the [upstream] extra) and a SOC_VERSION, or it asks npu-smi for the chip
             sdist = _download(python, f"{name}=={version}", download, sdist=True,
