@@ -67,6 +67,15 @@ def _parser() -> argparse.ArgumentParser:
     from harness.patches import fingerprint_report as patches_cli
 
     patches_cli.add_parser(top)
+    exp = top.add_parser("expectations", help="the measured envelopes of the rows that may "
+                         "differ (docs/drift.md)")
+    esub = exp.add_subparsers(dest="action", required=True)
+    upd = esub.add_parser("update", help="adopt the figures of these runs as the envelopes of "
+                          "their rows: the data files change, review the diff")
+    upd.add_argument("results", nargs="+", type=Path, help="results.jsonl files, one per run "
+                     "(5 or more: the spread)")
+    upd.add_argument("--check", action="store_true",
+                     help="write nothing; exit 1 if the data files would change")
     top.add_parser("bisect", add_help=False,
                    help="from a red night to the first bad release (npu-regress bisect -h)")
     return parser
@@ -79,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return bisect(argv[1:])
     args = _parser().parse_args(argv)
+    if args.command == "expectations":
+        from harness.expectations_cli import update
+
+        return update(args.results, check=args.check)
     if args.command == "patches":
         from harness.patches import fingerprint_report as patches_cli
 

@@ -59,7 +59,9 @@ def test_collective(invariance_target: InvarianceTarget, collective: str, how: s
     why = vacuous(reading, backend)
     if why:
         pytest.fail(why, pytrace=False)
-    outcome, message = judge_sizes(reading, expect(backend, collective, how, world))
+    outcome, message, drift = judge_sizes(reading, expect(backend, collective, how, world))
+    if drift:
+        record_property("drift", drift)
     if outcome == "fail":
         if how == "switch" and backend != "gloo" and release != target.name:
             # the collectives ran with exactly what the release's switch set

@@ -29,7 +29,7 @@ import pytest
 
 from harness.logprobs import hf_source, vllm_source
 from harness.logprobs.cases import pick_target, run_logprob_case
-from harness.logprobs.expectations import CHECKS, judge
+from harness.logprobs.expectations import CHECKS, judge_drift
 from harness.logprobs.properties import compare_repeat
 from harness.plugin import SESSION_KEY
 
@@ -90,9 +90,11 @@ def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: s
                     f"{len(leaks)} sequences ({leaks[0].detail})\n{report.table()}",
                     pytrace=False)
     outside = ", ".join(f"{op} x{n}" for op, n in report.outside_invariant_set.items())
-    outcome, why = judge(check, report.equal, report.cases, source, device.kind, dtype,
-                         enabled, outside=outside, threads=report.threads,
-                         first_op=report.first_divergent_op)
+    outcome, why, drift = judge_drift(check, report.equal, report.cases, source, device.kind,
+                                      dtype, enabled, outside=outside, threads=report.threads,
+                                      first_op=report.first_divergent_op,
+                                      figures=report.figures())
+    record_property("drift", [drift])
     if outcome == "failed":
         pytest.fail(f"{why}\n{report.table()}", pytrace=False)
     if outcome == "xfailed":

@@ -18,14 +18,16 @@ isolated process and lets the engine's scheduler decide:
 Each case proves its condition from the scheduler (co-resident requests, joins and leaves,
 cached tokens, preemptions), else it fails as vacuous, never passes. Switch off: the
 inverse control (a difference passes: the comparison can see one; none is an XFAIL that
-says so); switch on: the property must hold; repeat-under-load must hold either way."""
+says so); a difference is judged against its row's envelope (``expectations.toml``: the
+"drift grew" failure); switch on: the property must hold; repeat-under-load must hold
+either way."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.logprobs import serving, vllm_source
-from harness.logprobs.expectations import judge
+from harness.logprobs.expectations import judge_drift
 from harness.plugin import SESSION_KEY
 
 
@@ -46,8 +48,10 @@ def test_logprob_serving(prop: str, switch: str, dtype: str, request, run_on_npu
     record_property("logprob_report", report.summary())
     if report.vacuous:  # the condition the property claims did not happen: never a pass
         pytest.fail(f"{prop}: {report.vacuous}\n{report.table()}", pytrace=False)
-    outcome, why = judge(prop, report.equal, report.cases, "vllm", device.kind, dtype,
-                         enabled, first_op=report.first_divergent_op)
+    outcome, why, drift = judge_drift(prop, report.equal, report.cases, "vllm", device.kind,
+                                      dtype, enabled, first_op=report.first_divergent_op,
+                                      figures=report.figures())
+    record_property("drift", [drift])
     if outcome == "failed":
         pytest.fail(f"{why}\n{report.table()}", pytrace=False)
     if outcome == "xfailed":
@@ -76,8 +80,9 @@ def test_logprob_serving_http(switch: str, dtype: str, request, run_on_npu,
     record_property("logprob_report", report.summary())
     if report.vacuous:
         pytest.fail(f"{report.prop}: {report.vacuous}\n{report.table()}", pytrace=False)
-    outcome, why = judge("concurrent", report.equal, report.cases, "vllm", device.kind, dtype,
-                         enabled)
+    outcome, why, drift = judge_drift("serving-http", report.equal, report.cases, "vllm",
+                                      device.kind, dtype, enabled, figures=report.figures())
+    record_property("drift", [drift])
     if outcome == "failed":
         pytest.fail(f"{why}\n{report.table()}", pytrace=False)
     if outcome == "xfailed":

@@ -9,26 +9,36 @@ change either way is seen ("differ" that came out equal fails too: update the ta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-#: the measured gloo table (torch 2.13.0+cpu, 4 ranks, 2-core runner, 2026-12-05)
-GLOO_MEASURED = {
-    "all_reduce": ("differ", "torch 2.13.0+cpu gloo, 4 ranks: a row's all-reduced bits differ "
-                   "between the row alone and every message of 2 to 512 rows, fp32 and bf16 "
-                   "(measured 11 of 11 sizes; the row's summation order follows the message "
-                   "size); on 2 ranks none differ (a 2-rank sum has one order)"),
-    "reduce_scatter": ("equal", "torch 2.13.0+cpu gloo, 4 ranks: 0 of 11 sizes differ"),
-}
+from harness.drift.envelope import Envelope
+from harness.drift.figures import describe
+from harness.drift.table import Table, load
+
+#: the measured gloo table (torch 2.13.0+cpu, 4 ranks, 2-core runner), a data file
+DATA = Path(__file__).with_name("expected.toml")
+KEY_FIELDS = ("collective", "backend", "world", "dtype")
+
+
+@functools.lru_cache(maxsize=1)
+def table() -> Table:
+    return load(DATA, KEY_FIELDS)
 
 
 @dataclass(frozen=True)
 class Expectation:
     """``sizes``: "equal" (must hold), "differ" (must differ: a known property or the negative
-    control) or "record" (no claim: measured and reported)."""
+    control) or "record" (no claim: measured and reported). ``measured``: per dtype, the
+    data file's envelope of a measured row (None: none)."""
 
     sizes: str
     why: str
+    measured: dict[str, Envelope | None] = field(default_factory=dict)
+    #: the data file's key of the measured rows, without the dtype (empty: not a table row)
+    key: tuple[str, ...] = ()
 
 
 def expect(backend: str, collective: str, settings: str, world: int = 4) -> Expectation:
@@ -38,11 +48,17 @@ def expect(backend: str, collective: str, settings: str, world: int = 4) -> Expe
     if collective in ("fixed_order_all_reduce", "all_gather"):
         return Expectation("equal", f"{collective} fixes every element's order (or moves bits "
                            "only), whatever the backend")
-    if backend == "gloo" and collective in GLOO_MEASURED:
+    rows = {key[3]: row for key, row in table().rows.items()
+            if key[:2] == (collective, backend)}
+    if backend == "gloo" and rows:
         if world != 4:
             return Expectation("record", f"gloo on {world} ranks: not measured (the table "
                                "holds 4 ranks); recorded")
-        return Expectation(*GLOO_MEASURED[collective])
+        ours = {d: r for d, r in rows.items() if r.key[2] == str(world)}
+        first = next(iter(ours.values()))
+        return Expectation(first.outcome, first.evidence,
+                           {d: r.envelope for d, r in ours.items()},
+                           (collective, backend, str(world)))
     if settings == "switch":
         return Expectation("equal", f"{backend} with the switch's collective settings: the "
                            "switch promises batch-invariant collectives")
@@ -50,24 +66,65 @@ def expect(backend: str, collective: str, settings: str, world: int = 4) -> Expe
                        "inverse control, recorded)")
 
 
-def judge_sizes(reading: Any, expectation: Expectation) -> tuple[str, str]:
-    """The size property's outcome ("pass", "fail", "xfail" or "record") and its message,
-    from a ``properties.Reading`` (vacuity is judged before: see ``vacuous``)."""
+def judge_sizes(reading: Any, expectation: Expectation) -> tuple[str, str, list[dict[str, Any]]]:
+    """The size property's outcome ("pass", "fail", "xfail" or "record"), its message, and a
+    drift record per dtype of a measured row, from a ``properties.Reading`` (vacuity is
+    judged before: see ``vacuous``)."""
     collective = reading.collective
     differing = reading.of("sizes")
     rows = "; ".join(reading.row(d) for d in reading.dtypes)
+    drift = [_record(reading, expectation, d) for d in reading.dtypes if expectation.key]
     if expectation.sizes == "equal" and differing:
         shown = [m.sentence(collective) for m in differing[:6]]
         more = [f"... {len(differing) - 6} more"] if len(differing) > 6 else []
         return "fail", (f"{collective} on {reading.world} ranks is not batch invariant "
-                        f"({expectation.why}):\n- " + "\n- ".join(shown + more))
+                        f"({expectation.why}):\n- " + "\n- ".join(shown + more)), drift
     if expectation.sizes == "differ":
         if not differing:
+            for record in drift:
+                record["judged"] = "stale"
             return "fail", (f"{collective}: expected to differ across message sizes "
                             f"({expectation.why}), but every size gave the row's bits alone: "
-                            "the table in harness/collectives/expected.py is out of date")
-        return "xfail", f"{expectation.why}; here: {rows}"
-    return ("record" if expectation.sizes == "record" else "pass"), rows
+                            "the table in harness/collectives/expected.toml is out of date"), \
+                drift
+        grew = [r["sentence"] for r in drift if r["judged"] == "grew"]
+        if grew:
+            return "fail", (f"drift grew: {collective} on {reading.world} "
+                            f"{expectation.key[1]} ranks: " + "; ".join(grew)), drift
+        if any(r["judged"] == "no-envelope" for r in drift):
+            return "xfail", (f"no envelope: {rows}; the figures are recorded, not judged "
+                             "(npu-regress expectations update RESULTS.jsonl adopts them); "
+                             f"{expectation.why}"), drift
+        if drift:
+            return "xfail", (f"differs as expected, within its envelope: {rows} "
+                             f"({expectation.why})"), drift
+        return "xfail", f"{expectation.why}; here: {rows}", drift
+    return ("record" if expectation.sizes == "record" else "pass"), rows, drift
+
+
+def _record(reading: Any, expectation: Expectation, dtype: str) -> dict[str, Any]:
+    """One dtype's drift record: its figures against its row's envelope."""
+    figures = reading.figures(dtype)
+    envelope = expectation.measured.get(dtype)
+    record: dict[str, Any] = {
+        "table": "collectives", "row": expectation.sizes, "figures": figures,
+        "key": dict(zip(KEY_FIELDS, (*expectation.key, dtype), strict=True))}
+    if not figures["sizes_differing"]:
+        record["judged"] = "equal"
+    elif envelope is None:
+        record["judged"] = "no-envelope"
+    else:
+        record["envelope"] = envelope.to_record()
+        grew = envelope.breaches(figures)
+        record["judged"] = "grew" if grew else "within"
+        if grew:
+            record["grew"] = [b.figure for b in grew]
+            record["sentence"] = f"{dtype}: " + "; ".join(
+                b.sentence(envelope.measured) for b in grew)
+    if record["judged"] != "grew":
+        record["sentence"] = f"{dtype}: " + ", ".join(describe(n, v)
+                                                       for n, v in figures.items())
+    return record
 
 
 def vacuous(reading: Any, backend: str) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from harness.collectives import inputs, ops
+from harness.drift.bits import compare_bits
 
 
 def measure(rank: int, world: int, collective: str, dtypes: tuple[str, ...],
@@ -68,6 +69,9 @@ class Mismatch:
     row: int
     detail: str
     rank: int = 0
+    #: the size of a difference: ULP distance and |diff| (``harness.drift.bits``)
+    ulp: int = 0
+    max_abs: float = 0.0
 
     def sentence(self, collective: str) -> str:
         where = f"{collective} {self.dtype}, a {self.size}-row message, row {self.row}"
@@ -99,12 +103,21 @@ class Reading:
     def sizes_differing(self, dtype: str) -> list[int]:
         return sorted({m.size for m in self.of("sizes", dtype)})
 
+    def figures(self, dtype: str) -> dict[str, float]:
+        """The size property's drift in ``dtype`` (``harness.drift.figures``)."""
+        differing = self.of("sizes", dtype)
+        return {"sizes_differing": len(self.sizes_differing(dtype)),
+                "max_ulp": max((m.ulp for m in differing), default=0),
+                "max_abs": max((m.max_abs for m in differing), default=0.0)}
+
     def row(self, dtype: str) -> str:
         """One line of the measured table."""
         differ = self.sizes_differing(dtype)
         tried = len([n for n in self.sizes if n > 1])
+        ulp = self.figures(dtype)["max_ulp"]
         return (f"{self.collective} {dtype} x{self.world}: sizes {len(differ)} of {tried} "
-                f"differ{' (' + ', '.join(map(str, differ)) + ' rows)' if differ else ''}; "
+                f"differ{' (' + ', '.join(map(str, differ)) + ' rows)' if differ else ''}"
+                f"{f', max {ulp} ULP' if differ else ''}; "
                 f"repeat {'differs' if self.of('repeat', dtype) else 'equal'}")
 
 
@@ -123,7 +136,9 @@ def read(collective: str, world: int, values: list[dict[str, Any]], sizes: tuple
             for p, row in got["rows"].items():
                 alone = first["alone"][p]
                 if not _same(row, alone):
-                    reading.mismatches.append(Mismatch("sizes", dtype, n, p, _diff(row, alone)))
+                    size = compare_bits(alone, row) or (0, float("inf"), -1, 1)
+                    reading.mismatches.append(Mismatch("sizes", dtype, n, p, _diff(row, alone),
+                                                       ulp=size[2], max_abs=size[1]))
             if collective == "all_gather":
                 reading.mismatches.extend(_gather_exact(got["rows"], world, dtype, n, seed))
             elif collective != "reduce_scatter":  # each rank holds its own shard there

@@ -1,48 +1,14 @@
-"""Bit-for-bit comparison of float tensors, with the distance in units in the last place:
-what every logprob comparison (and the first-divergent-op search) reports; and the top-1 /
-top-2 margin of a logprob row, what the vacuity guard reads (greedy among near-ties)."""
+"""The top-1 / top-2 margin of a logprob row, what the vacuity guard reads (greedy among
+near-ties); the bit comparison every logprob check reports lives with the other figures of
+a drift (``harness.drift.bits``) and is re-exported here."""
 
 from __future__ import annotations
 
 import torch
 
+from harness.drift.bits import compare_bits
 
-def _ordered(bits: torch.Tensor, sign_bit: int) -> torch.Tensor:
-    """Map IEEE bit patterns to integers whose difference counts ULPs."""
-    b = bits.long() & ((1 << (sign_bit + 1)) - 1)
-    mag = b & ((1 << sign_bit) - 1)
-    return torch.where((b >> sign_bit) & 1 == 1, -mag, mag)
-
-
-def _bits(t: torch.Tensor) -> tuple[torch.Tensor, int]:
-    if t.dtype == torch.float64:
-        return t.view(torch.int64), 63
-    if t.dtype == torch.float32:
-        return t.view(torch.int32), 31
-    if t.dtype in (torch.bfloat16, torch.float16):
-        return t.view(torch.int16), 15
-    raise TypeError(f"logprobs must be floating point, got {t.dtype}")
-
-
-def compare_bits(ref: torch.Tensor, got: torch.Tensor) -> tuple[int, float, int, int] | None:
-    """None if bitwise equal; else (first index, max abs diff, max ULP, differing count)."""
-    ref, got = ref.detach().cpu().flatten(), got.detach().cpu().flatten()
-    if ref.dtype != got.dtype or ref.shape != got.shape:
-        n = min(ref.numel(), got.numel())
-        return (n, float("inf"), -1, abs(ref.numel() - got.numel()) or 1)
-    rb, width = _bits(ref)
-    gb, _ = _bits(got)
-    differ = rb != gb
-    if not bool(differ.any()):
-        return None
-    first = int(differ.nonzero()[0, 0])
-    diff = (ref.double() - got.double()).abs()
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
-    if width == 63:
-        ulp = int((rb - gb).abs().max())
-    else:
-        ulp = int((_ordered(rb, width) - _ordered(gb, width)).abs().max())
-    return first, float(diff[differ].max()), ulp, int(differ.sum())
+__all__ = ["compare_bits", "top2_margin"]
 
 
 def top2_margin(rows: torch.Tensor) -> torch.Tensor:

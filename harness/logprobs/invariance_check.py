@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
+from harness.drift.bits import abs_sum
 from harness.logprobs.bits import compare_bits  # noqa: F401 - the family's public name
 
 DEFAULT_BATCH_SIZES = (1, 2, 3, 4, 5, 8, 16, 32)
@@ -98,6 +99,9 @@ class InvarianceReport:
     top2_margin: float | None = None
     #: outputs of the first run, kept by the repeat check for a comparison across processes
     outputs: list[torch.Tensor] = field(default_factory=list)
+    #: the sum of |diff| over every compared value, and how many values (``mean_abs``)
+    abs_total: float = 0.0
+    values: int = 0
 
     @property
     def equal(self) -> bool:
@@ -108,6 +112,9 @@ class InvarianceReport:
         """Count one case and record a ``Mismatch`` unless ``got`` has ``ref``'s bits;
         True if they differ."""
         self.cases += 1
+        total, count = abs_sum(ref, got)
+        self.abs_total += total
+        self.values += count
         found = compare_bits(ref, got)
         if found is None:
             return False
@@ -147,9 +154,16 @@ class InvarianceReport:
         """The op the diagnosis named (None: no comparison failed, or none was found)."""
         return (self.first_divergence or {}).get("op")
 
+    def figures(self) -> dict[str, float]:
+        """The size of the difference (``harness.drift.figures``): what an envelope judges."""
+        return {"differing": len(self.mismatches),
+                "max_ulp": max((m.max_ulp for m in self.mismatches), default=0),
+                "max_abs": max((m.max_abs_diff for m in self.mismatches), default=0.0),
+                "mean_abs": self.abs_total / self.values if self.values else 0.0}
+
     def summary(self) -> dict[str, Any]:
         """Compact, JSON-able: for record_property and the nightly report."""
-        return {
+        return {"figures": self.figures(),
             "source": self.source, "check": self.check, "equal": self.equal,
             "cases": self.cases, "cannot": self.cannot,
             "outside_invariant_set": self.outside_invariant_set,

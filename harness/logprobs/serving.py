@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from harness.logprobs.bits import compare_bits
+from harness.drift.bits import abs_sum, compare_bits
 
 PROPERTIES = ("concurrent", "repeat-under-load", "prefix-cache", "preemption", "lora-mix")
 #: lora-mix: two seeded adapters (ids 1 and 2) beside the base model (0)
@@ -248,6 +248,11 @@ class ServingReport:
     first_divergence: str = ""
     #: prompt positions compared (prefix-cache's prompt-logprob comparisons)
     prompt_positions: int = 0
+    #: the largest |diff| of a differing comparison, the sum of |diff| over every compared
+    #: value and how many values: the size of a difference (``figures``)
+    max_abs: float = 0.0
+    abs_total: float = 0.0
+    values: int = 0
 
     @property
     def equal(self) -> bool:
@@ -260,7 +265,7 @@ class ServingReport:
                                                            strict=False)) if a != b), 0)
             self.mismatches.append((f"{what}: tokens", first, -1, 1))
             return
-        found = compare_bits(ref.logprobs, got.logprobs)
+        found = self._measure(ref.logprobs, got.logprobs)
         if found is not None:
             first, _, ulp, count = found
             self.mismatches.append((what, first, ulp, count))
@@ -271,13 +276,32 @@ class ServingReport:
         """The positions both have (the last ones: a run that read the cache has fewer)."""
         n = min(len(ref), len(got))
         self.prompt_positions = max(self.prompt_positions, n)
-        found = compare_bits(ref[len(ref) - n:], got[len(got) - n:]) if n else None
+        found = self._measure(ref[len(ref) - n:], got[len(got) - n:]) if n else None
         if found is not None:
             first, _, ulp, count = found
             self.mismatches.append((f"{what}: prompt logprobs", first, ulp, count))
 
+    def _measure(self, ref: torch.Tensor, got: torch.Tensor
+                 ) -> tuple[int, float, int, int] | None:
+        """``compare_bits``, with the size kept for the figures."""
+        total, count = abs_sum(ref, got)
+        self.abs_total += total
+        self.values += count
+        found = compare_bits(ref, got)
+        if found is not None:
+            self.max_abs = max(self.max_abs, found[1])
+        return found
+
+    def figures(self) -> dict[str, float]:
+        """The size of the difference (``harness.drift.figures``)."""
+        return {"differing": len(self.mismatches),
+                "max_ulp": max((m[2] for m in self.mismatches), default=0),
+                "max_abs": self.max_abs,
+                "mean_abs": self.abs_total / self.values if self.values else 0.0}
+
     def summary(self) -> dict[str, Any]:
-        return {"property": self.prop, "source": self.source, "cases": self.cases,
+        return {"figures": self.figures(), "property": self.prop, "source": self.source,
+                "cases": self.cases,
                 "differ": len(self.mismatches),
                 "max_ulp": max((m[2] for m in self.mismatches), default=0),
                 "condition": self.condition, "vacuous": self.vacuous,

@@ -138,7 +138,9 @@ def check_micro_batch(fwd: TrainingForward, layout: str, seqs: list[list[int]] |
                       ) -> InvarianceReport:
     """Every sequence's logprobs at micro-batch sizes 2, 4, 8 in ``layout`` against the
     sequence alone, unpadded (micro-batch 1); and two passes with different micro-batch sizes
-    against each other (``old_log_prob`` at 2 vs ``log_prob`` at 4, verl #6280)."""
+    against each other (``old_log_prob`` at 2 vs ``log_prob`` at 4, verl #6280). A layout
+    that moves a logprob far (a packed row without its block mask) is a large difference on
+    the same inputs: a drift, judged against the row's envelope, never "not comparable"."""
     seqs = seqs or sequences()
     reference = fwd.logprobs(seqs, 1, "right")
     report = InvarianceReport(f"{fwd.name}, {layout}", MICRO_BATCHES[1:], (layout,), 0,
@@ -153,19 +155,7 @@ def check_micro_batch(fwd: TrainingForward, layout: str, seqs: list[list[int]] |
     for i, (old, new) in enumerate(zip(passes[2], passes[4], strict=True)):
         report.compare("old-vs-new", 4, f"seq {i} ({len(seqs[i])} tokens)", i, old, new,
                        "old_log_prob at micro-batch 2")
-    _check_apart(report, reference, passes, layout)
     return report
-
-
-def _check_apart(report: InvarianceReport, reference: list[torch.Tensor],
-                 passes: dict[int, list[torch.Tensor]], layout: str) -> None:
-    """A layout that let sequences see each other (a packed row without its block mask)
-    compares another computation: not comparable, never a finding or a pass."""
-    worst = max(float((got - ref).abs().max()) for batch in passes.values()
-                for ref, got in zip(reference, batch, strict=True))
-    if worst > 0.05:
-        report.vacuous = (f"not comparable: the {layout} layout moved a logprob by {worst:.3g} "
-                          "(more than rounding: the sequences of a micro-batch saw each other)")
 
 
 def run_training_case(layout: str, enabled: bool, dtype: str, target: str,

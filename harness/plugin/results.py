@@ -24,6 +24,7 @@ import pytest
 
 from harness.isolation.result import tail_text
 from harness.report import schema
+from harness.stack import devices
 from harness.stack.upstream import version
 
 RUNNER_ENV = "HARNESS_RUNNER"
@@ -174,6 +175,7 @@ class ResultsWriter:
         self.write(schema.Header(
             type=schema.HEADER, schema=schema.SCHEMA, runner=runner, host=socket.gethostname(),
             platform=platform.platform(), python=platform.python_version(),
+            cpu=devices.cpu_model(),
             packages={name: version(name) for name in PACKAGES},
             git_commit=git_commit(Path(str(config.rootpath))), start=_now(),
             device=session.device.to_dict(),

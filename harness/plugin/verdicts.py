@@ -318,6 +318,13 @@ class Verdicts:
         elif not pairing.get("supported", True):
             self._set(report, "unsupported-stack",
                       "on an unsupported stack: " + "; ".join(pairing.get("problems", [])))
+        else:
+            grew = [f"{'/'.join(map(str, (r.get('key') or {}).values()))}: "
+                    f"{', '.join(r.get('grew') or [])}"
+                    for key, records in report.user_properties if key == "drift"
+                    for r in (records or []) if isinstance(r, dict) and r.get("judged") == "grew"]
+            if grew:  # a release finding whose evidence is a size: apart on the cards
+                self._set(report, "drift-grew", "drift grew: " + "; ".join(grew))
 
     @staticmethod
     def _set(report: pytest.TestReport, category: str, reason: str) -> None:

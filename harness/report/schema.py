@@ -30,6 +30,8 @@ class Header(TypedDict, total=False):
     runner: str
     host: str
     platform: str
+    #: the CPU's model, architecture and rounding-relevant flags (envelopes name it)
+    cpu: str
     python: str
     packages: dict[str, str | None]
     git_commit: str | None
@@ -85,6 +87,9 @@ class Test(TypedDict, total=False):
     verdict: dict[str, str] | None
     release_finding: Any
     upstream_drift: Any
+    #: the size of a difference against its envelope, one record per judged row
+    #: (``harness.drift``: table, key, row, figures, envelope, judged)
+    drift: list[dict[str, Any]] | None
     children: list[Child]
     reason: str  # a skip's or an xfail's
     longrepr: str  # a failure's text, its tail

@@ -249,3 +249,22 @@ def device_count(kind: str) -> int:
 def device_kind() -> str:
     """``npu``, ``cuda`` or ``cpu``: the kind the session gave this child."""
     return os.environ.get(DEVICE_ENV, "cpu")
+
+
+def cpu_model() -> str:
+    """The CPU as /proc/cpuinfo names it, with its architecture and the flags that change a
+    kernel's rounding (AMX-BF16, AVX512_BF16): where a measured envelope came from."""
+    import platform
+
+    name, flags = "", []
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name") and not name:
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    shown = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+    return f"{name or 'unknown CPU'} ({', '.join([platform.machine(), *shown])})"
