@@ -4,9 +4,12 @@
 # (npu-regress expectations update) and show the diff to review.
 #   bash ci/measure-envelopes.sh [RUNS] [OUT]
 # The main environment runs the TinyDecoder, transformers, training, rollout and collectives
-# rows as ci/run-suites.sh does (no xdist on CPU: 2 torch threads a child); the engine venv
-# (.venv-engine, bash ci/setup.sh --engine) runs the vLLM and serving rows one engine at a
-# time with 2 torch threads, as tests/test_vllm_engine.py does. The two go side by side.
+# rows both ways they run: as ci/run-suites.sh does (no xdist on CPU: 2 torch threads a
+# child) in the even runs, as CI's tests do (-n 2: 1 thread a child) in the odd ones, so the
+# spread covers both; the engine venv (.venv-engine, bash ci/setup.sh --engine) runs the vLLM
+# and serving rows one engine at a time with 2 torch threads, as tests/test_vllm_engine.py
+# does. One after the other: side by side, their OpenMP threads oversubscribe the cores.
+# The repeat rows are left out (they must be equal: nothing to measure).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-5}
@@ -15,26 +18,22 @@ PY=${PYTHON:-python3}
 ENGINE=${NPU_REGRESS_ENGINE_VENV:-$PWD/.venv-engine}/bin/python
 mkdir -p "$OUT"
 pyt() { "$@" -p no:cacheprovider -q --device cpu; }
-main_rows() {
-  for i in $(seq 1 "$RUNS"); do
-    pyt "$PY" -m pytest suites/test_logprob_batch_invariance.py suites/test_rl_consistency.py \
-      suites/test_collectives.py -k "not vllm" --harness-results="$OUT/main-$i.jsonl" \
-      > "$OUT/main-$i.log" 2>&1
-    echo "main run $i: $(tail -n 1 "$OUT/main-$i.log")"
-  done
-}
-engine_rows() {
-  [ -x "$ENGINE" ] || { echo "no engine venv at $ENGINE: its rows are not measured"; return; }
-  for i in $(seq 1 "$RUNS"); do
+for i in $(seq 1 "$RUNS"); do
+  xdist=(-n 0)
+  [ $((i % 2)) = 1 ] && xdist=(-n 2)
+  pyt "$PY" -m pytest suites/test_logprob_batch_invariance.py suites/test_rl_consistency.py \
+    suites/test_collectives.py -k "not vllm and not repeat" "${xdist[@]}" \
+    --harness-results="$OUT/main-$i.jsonl" > "$OUT/main-$i.log" 2>&1
+  echo "main run $i (${xdist[*]}): $(tail -n 1 "$OUT/main-$i.log")"
+  if [ -x "$ENGINE" ]; then
     OMP_NUM_THREADS=2 pyt "$ENGINE" -m pytest suites/test_logprob_batch_invariance.py \
-      -k "vllm and not tp4" -n 0 --harness-results="$OUT/engine-$i.jsonl" \
+      -k "vllm and not tp4 and not repeat" -n 0 --harness-results="$OUT/engine-$i.jsonl" \
       > "$OUT/engine-$i.log" 2>&1
     OMP_NUM_THREADS=2 pyt "$ENGINE" -m pytest suites/test_logprob_serving.py -n 0 \
       -k "not http" --harness-results="$OUT/serving-$i.jsonl" > "$OUT/serving-$i.log" 2>&1
     echo "engine run $i: $(tail -n 1 "$OUT/engine-$i.log"); $(tail -n 1 "$OUT/serving-$i.log")"
-  done
-}
-main_rows & main_pid=$!
-engine_rows
-wait "$main_pid"
+  else
+    echo "no engine venv at $ENGINE: its rows are not measured"
+  fi
+done
 "$PY" -m harness expectations update "$OUT"/*.jsonl

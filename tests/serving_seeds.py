@@ -23,3 +23,20 @@ def silu_by_rows(src: Any) -> None:
 
     lib.impl("silu", silu, "CPU")
     _KEEP.append(lib)
+
+
+def silu_scaled_by_rows(src: Any) -> None:
+    """aten::silu on the CPU off by a factor of 1 + 2^-10 when the step holds several rows
+    (a fused kernel picked by the row count, with its own approximation): the switch-off
+    concurrent case's difference grows from the measured 1 ULP to hundreds or more."""
+    import torch
+
+    lib = torch.library.Library("aten", "IMPL")
+
+    def silu(x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1]).shape[0] if x.dim() else 1
+        out = x * torch.sigmoid(x)
+        return out * (1 + 2 ** -10) if rows > 1 else out
+
+    lib.impl("silu", silu, "CPU")
+    _KEEP.append(lib)

@@ -67,8 +67,62 @@ def test_two_ranks_cannot_show_order_and_are_vacuous() -> None:
 
 def test_a_difference_the_table_says_is_there_but_is_not_fails() -> None:
     reading = _reading("fixed_order_all_reduce", 4)
-    outcome, message = expected.judge_sizes(reading, expected.Expectation("differ", "measured"))
+    outcome, message, _ = expected.judge_sizes(reading,
+                                               expected.Expectation("differ", "measured"))
     assert outcome == "fail" and "out of date" in message
+
+
+def test_the_gloo_row_gone_from_11_sizes_to_none_is_stale() -> None:
+    """The data file's measured gloo all-reduce row (every size differs), read against ranks
+    that sum in a fixed order (none differs): stale, a failure, never a pass."""
+    reading = _reading("fixed_order_all_reduce", 4)
+    reading.collective = "all_reduce"
+    outcome, message, drift = expected.judge_sizes(reading, expected.expect("gloo",
+                                                                            "all_reduce",
+                                                                            "none", 4))
+    assert outcome == "fail" and "expected.toml is out of date" in message, message
+    assert [r["judged"] for r in drift] == ["stale"]
+
+
+def _low_precision_all_reduce(rank: int, world: int, *args: object) -> object:
+    """A regression seeded into the backend: messages of more than one row are all-reduced
+    in bf16 and cast back (what a compressed all-reduce for large messages does); the row
+    alone keeps fp32. The size property's drift grows from the measured ULPs to thousands."""
+    import torch
+    import torch.distributed as dist
+
+    native = dist.all_reduce
+
+    def all_reduce(x: torch.Tensor, *a: object, **k: object) -> object:
+        if x.dim() > 1 and x.shape[0] > 1 and x.dtype == torch.float32:
+            low = x.to(torch.bfloat16)
+            out = native(low, *a, **k)
+            x.copy_(low.float())
+            return out
+        return native(x, *a, **k)
+
+    dist.all_reduce = all_reduce
+    return properties.measure(rank, world, *args)
+
+
+def test_a_gloo_row_whose_ulps_grow_fails_as_drift_grew_naming_the_figure() -> None:
+    """The same ranks, unchanged, stay inside the row's envelope; with the low-precision
+    all-reduce the row fails naming max_ulp and max_abs against the measured envelope."""
+    judge = functools.partial(expected.judge_sizes,
+                              expectation=expected.expect("gloo", "all_reduce", "none", 4))
+    if all(e is None for e in judge.keywords["expectation"].measured.values()):
+        pytest.fail("the gloo all_reduce row has no envelope: measure it "
+                    "(bash ci/measure-envelopes.sh)", pytrace=False)
+    same, _, drift = judge(_reading("all_reduce", 4))
+    assert same == "xfail" and [r["judged"] for r in drift] == ["within"], drift
+    got = run_ranks(_low_precision_all_reduce, ("all_reduce", DTYPES, SIZES), world=4,
+                    backend="gloo", timeout=120)
+    grown = properties.read("all_reduce", 4, [r.value for r in got], SIZES, DTYPES)
+    outcome, message, drift = judge(grown)
+    assert outcome == "fail" and message.startswith("drift grew: all_reduce on 4 gloo ranks: "
+                                                    "float32: max_ulp "), message
+    assert "(largest distance in ULP) is above its envelope" in message, message
+    assert drift[0]["judged"] == "grew" and "max_ulp" in drift[0]["grew"], drift
 
 
 def _pids(folder: str, rank: int) -> None:

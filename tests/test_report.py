@@ -610,11 +610,56 @@ def test_rollout_vs_training_figures_are_compared_night_to_night(tmp_path: Path)
     assert cli(["report", "render", str(tmp_path / "tonight.jsonl"), "--out", str(out),
                 "--history", str(history)]) == 0
     md = (out / "summary.md").read_text()
-    assert "## Rollout-vs-training figures changed since last night" in md
+    assert "## Figures changed since last night" in md
     assert "| r::bf16 | cpu | 48 of 48 bit-equal, max 0 ULP" in md
     assert "**no longer zero-diff**" in md
     html = (out / "report.html").read_text()
-    assert "no longer zero-diff" in html and "rollout-vs-training figures changed" in html
+    assert "no longer zero-diff" in html and "figures changed: <b>2</b>" in html
+
+
+def _drift_record(ulp: float, judged: str = "within", bound: float = 6.0) -> list[dict]:
+    return [{"table": "logprobs", "row": "differ", "judged": judged,
+             "figures": {"max_ulp": ulp, "max_abs": ulp * 4.8e-7, "differing": 17},
+             "envelope": {"runs": 5, "measured": "5 runs", "bounds": {"max_ulp": bound}},
+             **({"grew": ["max_ulp"]} if judged == "grew" else {})}]
+
+
+def test_a_drift_is_drawn_over_the_nights_and_one_that_grew_is_its_own_category(
+        tmp_path: Path) -> None:
+    """Issue 56: the size of a switch-off row's difference, night by night (3 nights of
+    history and tonight), as a sparkline with its bound; the night it grows past its
+    envelope it is "drift grew" on the cards, in summary.md and summary.json, apart from
+    "figures changed"; the matrix names the RL consistency family (not "other")."""
+    history = tmp_path / "history"
+    case = "suites/test_rl_consistency.py::test_training_micro_batch_invariance[right-off-float32]"
+    for day, ulp in (("2026-12-01", 1), ("2026-12-02", 2), ("2026-12-03", 2)):
+        night = _write(tmp_path / f"{day}.jsonl", [
+            _header("cpu", day), _test(case, "passed", drift=_drift_record(ulp)), FOOTER])
+        hist.add([night], history, keep=14)
+    tonight = _write(tmp_path / "tonight.jsonl", [
+        _header("cpu", "2026-12-04"),
+        _test(case, "failed", category="drift-grew", longrepr="drift grew: micro-batch ... "
+              "max_ulp 200 (largest distance in ULP) is above its envelope 1..2 (bound 6)",
+              drift=_drift_record(200, "grew")), FOOTER])
+    comp = compare([load_results(tonight)], hist.load_history(history, before="2026-12-04"))
+    trends = {(r["test"], r["figure"]): r for r in comp.drift_trends()}
+    row = trends[(case, "max_ulp")]
+    assert row["points"] == [("2026-12-01", 1.0), ("2026-12-02", 2.0), ("2026-12-03", 2.0),
+                             ("2026-12-04", 200.0)]
+    assert row["bound"] == 6.0 and row["judged"] == "grew"
+    summary = comp.summary()
+    assert [r["test"] for r in summary["drift_grew"]] == [case]
+    out = tmp_path / "out"
+    assert cli(["report", "render", str(tonight), "--out", str(out), "--history",
+                str(history)]) == 0
+    html = (out / "report.html").read_text()
+    assert 'id="drift-trends"' in html and 'aria-label="max_ulp over 4 nights"' in html
+    assert "drifts that grew: <b>1</b>" in html
+    assert "drift grew: a difference left its measured envelope" in html
+    assert 'id="family-rl-consistency"' in html and 'id="family-other"' not in html
+    md = (out / "summary.md").read_text()
+    assert "## Drift grew (a difference left its measured envelope)" in md
+    assert json.loads((out / "summary.json").read_text())["drift_grew"][0]["test"] == case
 
 
 def test_a_new_failure_card_carries_the_bisect_command_or_its_outcome(tmp_path: Path) -> None:

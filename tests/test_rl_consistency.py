@@ -1,6 +1,8 @@
 """The training side's controls (issue 44): a micro-batch-size-dependent reduction seeded into
-the training forward is caught and named by op; a packed row whose sequences see each other
-is "not comparable"; the weights digest sees one weight moved by 1 ULP."""
+the training forward is caught and named by op; a gap grown from its measured ULPs to 200
+and a packed row whose sequences see each other fail as "drift grew" against the row's
+envelope (issue 56: a large difference on the same inputs is a drift, not "not
+comparable"); the weights digest sees one weight moved by 1 ULP."""
 
 from __future__ import annotations
 
@@ -57,11 +59,54 @@ def _unmasked(fwd: TrainingForward) -> None:
     fwd._packed = packed  # type: ignore[method-assign]
 
 
-def test_a_packed_row_whose_sequences_see_each_other_is_not_comparable() -> None:
+def _judged(layout: str, report):  # type: ignore[no-untyped-def]
+    from harness.logprobs.expectations import judge_drift
+
+    return judge_drift("micro-batch", report.equal, report.cases, f"training-{layout}", "cpu",
+                       "float32", False, threads=report.threads,
+                       first_op=report.first_divergent_op, figures=report.figures())
+
+
+def test_a_packed_row_whose_sequences_see_each_other_is_a_drift_that_grew() -> None:
     got = run_isolated(run_training_case, "packed", False, "float32", "reference", _unmasked,
                        env=switch_env(False), method="forkserver").value
-    assert got.vacuous.startswith("not comparable: the packed layout moved a logprob by"), \
-        got.vacuous
+    assert not got.vacuous, got.vacuous  # the same inputs: comparable
+    outcome, why, drift = _judged("packed", got)
+    assert outcome == "failed" and why.startswith(
+        "drift grew: micro-batch of training-packed float32 on cpu: "), why
+    assert "max_abs" in drift["grew"] and "max_ulp" in drift["grew"], drift
+
+
+def _temperature_by_micro_batch(fwd: TrainingForward) -> None:
+    """A regression seeded into the training forward: the logits of a micro-batch of 2 or
+    more scaled by 1 + 2^-13 (a temperature applied per micro-batch, off by 1.2e-4), the
+    sequence alone left as it was: the micro-batch gap grows from its measured 1-2 ULP to
+    hundreds."""
+    head = fwd.model.lm_head
+    whole = head.forward
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        out = whole(x)
+        return out * (1 + 2 ** -13) if x.dim() == 3 and x.shape[0] > 1 else out
+
+    head.forward = forward
+
+
+def test_a_micro_batch_gap_grown_to_hundreds_of_ulp_fails_by_name() -> None:
+    """fp32, right padding, switch off: the case as measured stays inside its envelope; the
+    seeded temperature makes it fail as "drift grew", naming max_ulp with its figure."""
+    same = run_isolated(run_training_case, "right", False, "float32", "reference",
+                        env=switch_env(False), method="forkserver").value
+    outcome, why, drift = _judged("right", same)
+    assert outcome == "passed" and drift["judged"] == "within", why
+    grown = run_isolated(run_training_case, "right", False, "float32", "reference",
+                         _temperature_by_micro_batch, env=switch_env(False),
+                         method="forkserver").value
+    assert grown.figures()["max_ulp"] >= 100, grown.figures()
+    outcome, why, drift = _judged("right", grown)
+    assert outcome == "failed" and "max_ulp" in drift["grew"], why
+    assert f"max_ulp {grown.figures()['max_ulp']} (largest distance in ULP) is above its " \
+        "envelope" in why, why
 
 
 def _digests() -> tuple[str, str, str]:

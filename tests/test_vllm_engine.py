@@ -172,6 +172,8 @@ cases = {
     "large KV cache": ("preemption", "float32",
                        {"engine": {"num_gpu_blocks_override": 64, "max_model_len": 512}}),
     "silu by rows": ("concurrent", "bfloat16", {"seed_regression": "tests.serving_seeds:silu_by_rows"}),
+    "silu scaled": ("concurrent", "float32",
+                    {"seed_regression": "tests.serving_seeds:silu_scaled_by_rows"}),
     "base model only": ("lora-mix", "bfloat16", {"lora_every": (0,)}),
 }
 out = {}
@@ -239,13 +241,29 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     # named at the seeded op (the recorder once named a cast of vLLM's (1, 1) alone vs
     # (N, 3) loaded logprobs tensor: casts are skipped, a call with no counterpart passed)
     assert seeded["first_divergent_op"] == "aten::silu.default", seeded
+    # a drift that grows (issue 56): the fp32 switch-off concurrent row, which the suite
+    # passes inside its envelope, fails as "drift grew" naming max_ulp once silu is off by
+    # 1 + 2^-10 in shared steps
+    from harness.logprobs.expectations import judge_drift
+
+    row = tests["concurrent-off-float32"]
+    assert row["outcome"] == "passed" and row["drift"][0]["judged"] == "within", row
+    scaled = controls["silu scaled"]
+    grown = judge_drift("concurrent", False, scaled["cases"], "vllm", "cpu", "float32", False,
+                        figures=scaled["figures"])
+    assert grown.outcome == "failed" and "max_ulp" in grown.drift["grew"], grown.why
+    assert grown.why.startswith("drift grew: concurrent of vllm float32 on cpu: max_ulp "), \
+        grown.why
+    assert scaled["figures"]["max_ulp"] >= 100, scaled
 
 
 def test_the_rollout_rows_of_the_rl_suite(tmp_path: Path) -> None:
     """Rollout vs training (issue 44): the training stack's pytest (verl 0.9.1, transformers
     5.5.4) runs the RL suite's rollout rows, whose engine side runs in the engine venv. Two
     engines agree bit for bit; rollout vs training is comparable (one checkpoint, the same
-    tokens) and measured; an engine with another seed is caught by the two-engines check."""
+    tokens), measured, and inside its envelope; an engine with another seed is caught by the
+    two-engines check; the trainer moved 10x further, and a bf16 logsumexp seeded into verl's
+    own function, fail as "drift grew" (issue 56)."""
     import sys
 
     import torch
@@ -285,4 +303,61 @@ def test_the_rollout_rows_of_the_rl_suite(tmp_path: Path) -> None:
         outs.append(torch.load(out, weights_only=False))
     problems = rollout.two_engines(*outs)
     assert problems and all("sampled other tokens" in p for p in problems), problems
+    _drift_controls(outs[0]["dtypes"]["float32"])
+
+
+def _logsumexp_in_bf16(fwd: object) -> None:
+    """A regression seeded into verl 0.9.1's own ``logprobs_from_logits_v2`` (the CPU path of
+    ``logprobs_from_logits``): its fp32 logsumexp computed in bf16, a plausible memory
+    saving. The trainer calls verl's real function, which now calls this one."""
+    import torch
+    import verl.utils.torch_functional as verl_F
+
+    def logprobs_from_logits_v2(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        picked = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+        lse = torch.stack([torch.logsumexp(row.to(torch.bfloat16), dim=-1).to(logits.dtype)
+                           for row in logits])
+        return picked - lse
+
+    verl_F.logprobs_from_logits_v2 = logprobs_from_logits_v2
+
+
+def _moved(side: dict, training: dict, factor: float) -> dict:
+    """The trainer's sampled logprobs moved ``factor`` times further from the engine's."""
+    return {**training, "requests": [
+        {**t, "logprobs": r["logprobs"] + factor * (t["logprobs"] - r["logprobs"])}
+        for r, t in zip(side["requests"], training["requests"], strict=True)]}
+
+
+def _drift_controls(side: dict) -> None:
+    """Rollout vs training against its row's envelope (issue 56): the case as measured stays
+    inside; the trainer's logprobs moved 10 times further from the engine's, and verl's own
+    function with the seeded bf16 logsumexp, fail as "drift grew", naming the figures, verl's
+    own metrics among them."""
+    import harness
+    from harness.logprobs import rollout
+    from harness.logprobs.expectations import judge_drift
+
+    def judged(found):  # type: ignore[no-untyped-def]
+        assert found.not_comparable == [], found.not_comparable
+        return judge_drift("rollout-vs-training", found.bit_equal == found.tokens,
+                           found.tokens, "vllm-rollout", "cpu", "float32", False,
+                           figures=found.figures())
+
+    same = harness.run_isolated(rollout.score, side, "float32", method="spawn").value
+    assert "k3_kl" in same.verl and "rollout_probs_diff_max" in same.verl, same.verl_missing
+    outcome, why, drift = judged(same)
+    assert outcome == "passed" and drift["judged"] == "within", why
+    training = harness.run_isolated(rollout.recompute, side, "float32", method="spawn").value
+    far = harness.run_isolated(rollout.compare, side, _moved(side, training, 10.0), "float32",
+                               method="spawn").value
+    outcome, why, drift = judged(far)
+    assert outcome == "failed" and why.startswith("drift grew: rollout-vs-training of "
+                                                  "vllm-rollout float32 on cpu: "), why
+    assert {"max_abs", "rollout_probs_diff_max"} <= set(drift["grew"]), drift
+    seeded = harness.run_isolated(rollout.score, side, "float32", _logsumexp_in_bf16,
+                                  method="spawn").value
+    outcome, why, drift = judged(seeded)
+    assert outcome == "failed" and {"max_ulp", "max_abs", "k3_kl"} <= set(drift["grew"]), why
+    assert seeded.max_ulp > 1000, seeded.summary()
 

@@ -48,7 +48,8 @@ class Cell:
     history: list[str] = field(default_factory=list)
     events_before: dict[str, int] | None = None
     events_now: dict[str, int] | None = None
-    #: rollout vs training: last night's figures and tonight's
+    #: the size of a difference (rollout vs training, every drift record): last night's
+    #: figures and tonight's
     figures_before: dict[str, float] | None = None
     figures_now: dict[str, float] | None = None
 
@@ -66,7 +67,8 @@ class Cell:
     def zero_diff_lost(self) -> bool:
         """Rollout and training were bit-equal last night and are not tonight."""
         before, now = self.figures_before, self.figures_now
-        return bool(before and now and before["bit_equal"] == before["tokens"]
+        return bool(before and now and "tokens" in before and "tokens" in now
+                    and before["bit_equal"] == before["tokens"]
                     and now["bit_equal"] != now["tokens"])
 
 
@@ -130,6 +132,32 @@ class Comparison:
     def figure_changes(self) -> list[Cell]:
         return [c for c in self.cells.values() if c.figures_changed]
 
+    def drift_trends(self, limit: int = 400) -> list[dict[str, Any]]:
+        """Every test with figures tonight, per runner and trend figure: the value on each
+        night of the history and tonight, tonight's bound and how it was judged (tests
+        whose drift grew first)."""
+        from harness.report.folded_nights import TREND_FIGURES
+
+        rows = []
+        for runner, run in sorted(self.runs.items()):
+            past = self.history.runners.get(runner)
+            for test, res in run.tests.items():
+                if not res.figures:
+                    continue
+                for name in TREND_FIGURES:
+                    if name not in res.figures:
+                        continue
+                    nights = (past.trend.get(test, {}).get(name, {}) if past is not None
+                              else {})
+                    points = [(d, v) for d, v in sorted(nights.items()) if d < self.date]
+                    points.append((self.date, res.figures[name]))
+                    rows.append({"test": test, "runner": runner, "figure": name,
+                                 "points": points, "now": res.figures[name],
+                                 "bound": (res.bounds or {}).get(name),
+                                 "judged": res.judged or "none"})
+        rows.sort(key=lambda r: (r["judged"] != "grew", r["test"], r["runner"], r["figure"]))
+        return rows[:limit]
+
     def summary(self) -> dict[str, Any]:
         """The night in plain data (summary.json); made once (a large night has 10^6 cells)."""
         if self._summary is None:
@@ -167,6 +195,8 @@ class Comparison:
             "fixed_upstream": self._category_rows("fixed-upstream"),
             "forward_compat": self._category_rows("forward-compat"),
             "unsupported_stack": self._category_rows("unsupported-stack"),
+            # a difference allowed to exist grew past its measured envelope: a finding
+            "drift_grew": self._category_rows("drift-grew"),
             # the harness's own causes: they fail our CI, never the release
             "harness_causes": self._category_rows("harness")
             + self._category_rows("stand-in-limit"),

@@ -15,6 +15,9 @@ from typing import Any
 
 from harness.report.load import FAILING, Keep, RunResults, TestResult, worse
 
+#: the figures drawn night to night for every test that has them (the report's drift
+#: trends): a distance in ULP, and verl's k3 KL where rollout vs training reports it
+TREND_FIGURES = ("max_ulp", "k3_kl")
 #: one letter per outcome; "-": the test was not collected that night
 LETTER = {"passed": "p", "failed": "f", "error": "e", "skipped": "s", "xfailed": "x",
           "xpassed": "X"}
@@ -45,8 +48,10 @@ class Past:
     letters: dict[str, str] = field(default_factory=dict)
     #: test id -> dispatch-event counts of its last run (only tests that had some)
     events: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: test id -> rollout-vs-training figures of its last run (only tests that had some)
+    #: test id -> the figures of its last run (only tests that had some)
     figures: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: test id -> trend figure -> night -> value (``TREND_FIGURES``; only tests with figures)
+    trend: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     #: the night being folded: (date, summed durations)
     _open: tuple[str, float] | None = field(default=None, repr=False)
 
@@ -77,6 +82,10 @@ class Past:
             self.events.pop(result.id, None)
         if result.figures is not None:
             self.figures[result.id] = result.figures
+            for name in TREND_FIGURES:
+                if name in result.figures:
+                    nights = self.trend.setdefault(result.id, {}).setdefault(name, {})
+                    nights[date] = max(result.figures[name], nights.get(date, float("-inf")))
         else:
             self.figures.pop(result.id, None)
 

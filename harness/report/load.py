@@ -54,8 +54,13 @@ class TestResult:
     category: str = ""
     #: a switch case's dispatcher footprint: operator -> the dispatch keys it changed
     dispatcher_footprint: dict[str, tuple[str, ...]] | None = None
-    #: rollout vs training: the figures compared night to night (``schema.FIGURES``)
+    #: the size of a difference, compared and drawn night to night: rollout vs training's
+    #: (``schema.FIGURES``) and every drift record's figures (the largest over its records)
     figures: dict[str, float] | None = None
+    #: the envelope bounds tonight was judged by (the tightest over its records), and how
+    #: it was judged ("within", "grew", "no-envelope"...; the worst over its records)
+    bounds: dict[str, float] | None = None
+    judged: str = ""
 
     @property
     def failing(self) -> bool:
@@ -239,15 +244,51 @@ def _events(value: Any) -> dict[str, int] | None:
     return events
 
 
-def _figures(report: Any) -> dict[str, float] | None:
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
+
+
+def _rollout_figures(report: Any) -> dict[str, float]:
     """A rollout-vs-training report's figures, when every one is a finite number."""
     if not isinstance(report, dict) or report.get("check") != schema.ROLLOUT_CHECK:
-        return None
+        return {}
     values = {name: report.get(name) for name in schema.FIGURES}
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
-               for v in values.values()):
-        return None
+    if not all(_number(v) for v in values.values()):
+        return {}
     return {name: float(v) for name, v in values.items()}  # type: ignore[arg-type]
+
+
+#: how a drift record was judged, worst first (a test keeps its worst record's)
+JUDGED_ORDER = ("grew", "stale", "no-envelope", "within", "equal", "none")
+
+
+def _drift(record: dict[str, Any]) -> tuple[dict[str, float] | None, dict[str, float] | None,
+                                            str]:
+    """(figures, bounds, judged) of a test line: its rollout figures and the figures of its
+    ``drift`` records (numbers only, the largest per name), the tightest bound per name, the
+    worst judgement."""
+    figures = _rollout_figures(record.get("logprob_report"))
+    bounds: dict[str, float] = {}
+    judged = ""
+    records = record.get("drift")
+    for item in records[:64] if isinstance(records, list) else ():
+        if not isinstance(item, dict):
+            continue
+        for name, value in (item.get("figures") or {}).items() if isinstance(
+                item.get("figures"), dict) else ():
+            if isinstance(name, str) and len(name) <= 60 and _number(value):
+                figures[name] = max(float(value), figures.get(name, float(value)))
+        envelope = item.get("envelope")
+        for name, value in ((envelope.get("bounds") or {}).items()
+                            if isinstance(envelope, dict)
+                            and isinstance(envelope.get("bounds"), dict) else ()):
+            if isinstance(name, str) and len(name) <= 60 and _number(value):
+                bounds[name] = min(float(value), bounds.get(name, float(value)))
+        how = item.get("judged")
+        if how in JUDGED_ORDER and (not judged
+                                    or JUDGED_ORDER.index(how) < JUDGED_ORDER.index(judged)):
+            judged = how
+    return figures or None, bounds or None, judged
 
 
 def _small(value: Any) -> Any:
@@ -282,8 +323,8 @@ def parse_test(record: dict[str, Any], *, lean: bool = False) -> TestResult:
     result = TestResult(
         id=_text(test_id, 1000), outcome=_OUTCOME[outcome],  # one str object per outcome
         duration=float(duration) if _finite(duration) else 0.0,
-        dispatch_events=_events(record.get("dispatch_events")),
-        figures=_figures(record.get("logprob_report")))
+        dispatch_events=_events(record.get("dispatch_events")))
+    result.figures, result.bounds, result.judged = _drift(record)
     if not lean:
         reason = _text(record.get("reason"))
         result.reason = sys.intern(reason) if len(reason) <= 300 else reason  # shared

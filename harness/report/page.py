@@ -19,7 +19,11 @@ from harness.report.load import FAILING, RunResults, TestResult
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("switch", ("test_batch_invariant_switch",)),
     ("logprob", ("test_logprob",)),
+    ("rl-consistency", ("test_rl_consistency",)),
+    ("collectives", ("test_collectives",)),
     ("hardware", ("test_ascend_hardware",)),
+    ("patch-guard", ("test_patch_guard",)),
+    ("preflight", ("test_stack_preflight",)),
 )
 OTHER = "other"
 #: statuses that put a matrix row in view (the rest fold behind a count)
@@ -189,6 +193,11 @@ class Card:
 
 #: what each cause-before-verdict category (harness.plugin.verdicts) tells the reader
 _CATEGORY_DIAGNOSES = (
+    ("drift-grew", "drift grew: a difference left its measured envelope",
+     "a difference allowed to exist (switch off, a known gap, rollout vs training, gloo "
+     "sizes) is larger than the envelope its row was measured in: the failure names the "
+     "figure, tonight's value, the bound and where the envelope was measured. A deliberate "
+     "upstream change is accepted with npu-regress expectations update (docs/drift.md)"),
     ("release-finding", "a finding about the released code under test",
      "the release's own code does this; the reference target passes the same check"),
     ("known-finding", "a known release finding (the ledger)",
@@ -387,8 +396,8 @@ def news(comp: Comparison) -> list[tuple[str, str, int]]:
             ("fixed", "fixed", len(summary["fixed"])),
             ("flaky", "flaky", len(summary["flaky"])),
             ("event-changes", "event-count changes", len(summary["event_changes"])),
-            ("figure-changes", "rollout-vs-training figures changed",
-             len(summary["figure_changes"])),
+            ("drift-grew", "drifts that grew", len(summary["drift_grew"])),
+            ("figure-changes", "figures changed", len(summary["figure_changes"])),
             ("newly-skipped", "newly skipped", len(summary["newly_skipped"])),
             ("vanished", "vanished", len(summary["vanished"])),
             ("not-run", "not run (night ended early)", len(summary["not_run"])),

@@ -59,18 +59,20 @@ def _md(text: Any) -> str:
 #: the summary's sections, as summary.md names them
 TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "Still failing",
           "flaky": "Flaky", "event_changes": "Dispatch-event counts changed",
-          "figure_changes": "Rollout-vs-training figures changed",
+          "figure_changes": "Figures changed (the size of a difference)",
           "newly_skipped": "Newly skipped", "upstream_drift": "Upstream drift",
           "release_findings": "Findings about releases",
           "harness_causes": "The harness's own causes (ours, not the release's)",
           "unsupported_stack": "On an unsupported stack (the preflight's pairing failed)",
+          "drift_grew": "Drift grew (a difference left its measured envelope)",
           "forward_compat": "Forward-compatibility (breaks with the next releases)",
           "fixed_upstream": "Fixed upstream: remove from the ledger",
           "known_findings": "Known release findings (the ledger; not new failures)",
           "vanished": "Vanished (not collected tonight)",
           "not_run": "Not run (the night ended before them)"}
 #: the category sections (harness.plugin.verdicts), in the order summary.md lists them
-CATEGORY_KEYS = ("upstream_drift", "release_findings", "harness_causes", "unsupported_stack",
+CATEGORY_KEYS = ("drift_grew", "upstream_drift", "release_findings", "harness_causes",
+                 "unsupported_stack",
                  "forward_compat", "fixed_upstream", "known_findings")
 #: rows of the skipped table in summary.md (all of them are in summary.json)
 MD_SKIPPED_ROWS = 200
@@ -83,9 +85,35 @@ PAGE_PROBLEMS = 200
 
 
 def _figures_text(figures: dict[str, float]) -> str:
-    return (f"{figures['bit_equal']:.0f} of {figures['tokens']:.0f} bit-equal, max "
-            f"{figures['max_ulp']:.0f} ULP, max |diff| {figures['max_abs']:.3g}, KL max "
-            f"{figures['kl_max']:.3g}")
+    if "tokens" in figures:
+        return (f"{figures['bit_equal']:.0f} of {figures['tokens']:.0f} bit-equal, max "
+                f"{figures['max_ulp']:.0f} ULP, max |diff| {figures['max_abs']:.3g}, KL max "
+                f"{figures['kl_max']:.3g}")
+    return ", ".join(f"{name} {value:.3g}" for name, value in sorted(figures.items())[:8])
+
+
+#: a sparkline's size (px) and the rows of drift trends drawn
+SPARK_W, SPARK_H, SPARK_ROWS = 160, 28, 300
+
+
+def _sparks(comp: Comparison) -> list[dict[str, Any]]:
+    """Each drift trend as a sparkline (numbers only: SVG coordinates), with its bound as
+    a dashed line where tonight was judged by an envelope."""
+    out = []
+    for row in comp.drift_trends(SPARK_ROWS):
+        values = [v for _, v in row["points"]]
+        top = max([*values, row["bound"] or 0.0]) or 1.0
+        step = (SPARK_W - 8) / max(len(values) - 1, 1)
+
+        def y(v: float, top: float = top) -> float:
+            return round(SPARK_H - 4 - (SPARK_H - 8) * (v / top), 1)
+
+        coords = [(round(4 + i * step, 1), y(v)) for i, v in enumerate(values)]
+        out.append({**row, "w": SPARK_W, "h": SPARK_H, "dots": coords,
+                    "line": " ".join(f"{x},{yy}" for x, yy in coords),
+                    "bound_y": y(row["bound"]) if row["bound"] is not None else None,
+                    "nights": len(values)})
+    return out
 
 
 def summary_markdown(comp: Comparison) -> str:
@@ -95,7 +123,7 @@ def summary_markdown(comp: Comparison) -> str:
              f"{s['tests']} tests; compared with {len(comp.nights)} earlier night(s).", "",
              *[f"**{_md(a.text)}**" for a in page.alerts(comp)], "",
              "| | count |", "|---|---|"]
-    for key in ("new_failures", "fixed", "still_failing", "flaky", "event_changes",
+    for key in ("new_failures", "drift_grew", "fixed", "still_failing", "flaky", "event_changes",
                 "figure_changes", "newly_skipped", "vanished", "not_run", *CATEGORY_KEYS):
         lines.append(f"| {TITLES[key]} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
@@ -126,7 +154,7 @@ def summary_markdown(comp: Comparison) -> str:
                        f"{_md(r['events_before'])} | {_md(r['events_now'])} |"
                        for r in s["event_changes"][:MD_ROWS + 1]], len(s["event_changes"]))
     if s["figure_changes"]:
-        lines += ["", "## Rollout-vs-training figures changed since last night", "",
+        lines += ["", "## Figures changed since last night", "",
                   "| test | runner | last night | tonight |", "|---|---|---|---|"]
         lines += _cap([f"| {_md(r['test'])} | {_md(r['runner'])} | "
                        f"{_md(_figures_text(r['figures_before']))} | "
@@ -222,6 +250,7 @@ def render(comp: Comparison, out: Path) -> list[Path]:
         changed=sorted(comp.event_changes(), key=lambda c: (c.test, c.runner)),
         figures=sorted(comp.figure_changes(), key=lambda c: (not c.zero_diff_lost, c.test,
                                                              c.runner)),
+        sparks=_sparks(comp),
         trend_charts=[_chart(comp, "pass_rate", "pass rate", "{:.0%}"),
                       _chart(comp, "duration", "suite duration (s)", "{:.0f}")]
         if nights_seen >= 2 else [],

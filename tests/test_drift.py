@@ -1,0 +1,209 @@
+"""A drift has a size (issue 56): the envelope's bound, the data files, the judge by
+envelope, and the reviewed adoption of new figures (``npu-regress expectations update``).
+
+These run on figures alone; the controls on real stacks are in test_rl_consistency.py,
+test_collectives.py and test_vllm_engine.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.drift import adopt as adopt_mod
+from harness.drift.envelope import GROWTH_CAP, Envelope, EnvelopeError
+from harness.drift.table import load
+from harness.logprobs import expectations
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env(**figures: tuple[float, float]) -> Envelope:
+    return Envelope(dict(figures), 5, "5 runs on this test's CPU")
+
+
+@pytest.mark.parametrize("lo, hi", [(1, 1), (1, 2), (2, 2), (9.5e-7, 9.5e-7), (3e-3, 9e-3),
+                                    (113, 159), (1, 30)])
+def test_a_tenfold_growth_never_passes(lo: float, hi: float) -> None:
+    counts = ("max_ulp",) if float(lo).is_integer() else ()  # a count is a whole number
+    for name in (*counts, "max_abs"):
+        env = _env(**{name: (lo, hi)})
+        assert env.bound(name) >= hi  # every measured run is inside its own envelope
+        assert not env.breaches({name: hi})
+        assert env.breaches({name: GROWTH_CAP * lo}) or GROWTH_CAP * lo <= hi, (lo, hi)
+        assert env.breaches({name: GROWTH_CAP * hi}), (lo, hi)
+
+
+def test_a_count_keeps_one_unit_of_slack_and_a_zero_has_none() -> None:
+    env = _env(max_ulp=(1, 1), max_abs=(0.0, 0.0), differing=(0, 0))
+    assert env.bound("max_ulp") == 3 and env.bound("differing") == 1
+    assert env.bound("max_abs") == 0.0
+    assert [b.figure for b in env.breaches({"max_ulp": 4, "max_abs": 1e-9, "differing": 1})] \
+        == ["max_ulp", "max_abs"]
+    # figures the envelope does not hold are recorded, not judged
+    assert env.breaches({"kl_max": 1e9}) == []
+
+
+def test_a_tolerance_that_would_let_a_tenfold_drift_pass_is_refused() -> None:
+    with pytest.raises(EnvelopeError, match="tolerance 12.0 is outside 1...9.0"):
+        Envelope({"max_ulp": (1, 1)}, 5, "here", 12.0, "t.toml row x")
+    with pytest.raises(EnvelopeError, match="figure 'speed' is not one the judge reads"):
+        Envelope({"speed": (1, 1)}, 5, "here", where="t.toml row x")
+
+
+def test_a_data_file_row_that_cannot_be_judged_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text('[[row]]\ncheck = "c"\noutcome = "differ"\nevidence = "e"\n'
+                    '[row.envelope]\nruns = 5\nmeasured = "m"\nmax_ulp = [3, 1]\n')
+    with pytest.raises(EnvelopeError, match=r"t.toml row c: figure max_ulp = \[3, 1\]"):
+        load(path, ("check",))
+    path.write_text('[[row]]\ncheck = "c"\noutcome = "maybe"\nevidence = "e"\n')
+    with pytest.raises(EnvelopeError, match="outcome 'maybe': use one of equal, differ"):
+        load(path, ("check",))
+    path.write_text("[[row]\n")
+    with pytest.raises(EnvelopeError, match="not TOML"):
+        load(path, ("check",))
+
+
+def test_the_shipped_data_files_load_and_write_back_unchanged() -> None:
+    from harness.collectives import expected
+
+    for table in (expectations.table(), expected.table()):
+        assert table.rows
+        assert table.dumps() == table.path.read_text(encoding="utf-8"), table.path
+
+
+# --- the judge by envelope ------------------------------------------------------------
+
+ROW = ("micro-batch", "training-right", "cpu", "x86_64", "float32", "off")
+
+
+@pytest.fixture
+def with_row(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The logprob table with one row's envelope set to 1..2 ULP (max |diff| 9.5e-7)."""
+    from harness.drift.table import Row
+
+    table = load(expectations.DATA, expectations.KEY_FIELDS)
+    table.put(Row(ROW, "differ", "measured prose",
+                  Envelope({"max_ulp": (1, 2), "max_abs": (4.8e-7, 9.5e-7),
+                            "differing": (15, 18)}, 5, "5 runs, 2026-12-06, on a test CPU",
+                           where="expectations.toml row " + "/".join(ROW))))
+    monkeypatch.setattr(expectations, "table", lambda: table)
+    return table
+
+
+def _judge(figures: dict[str, float], equal: bool = False):  # type: ignore[no-untyped-def]
+    return expectations.judge_drift("micro-batch", equal, 32, "training-right", "cpu",
+                                    "float32", False, machine="x86_64", figures=figures)
+
+
+def test_a_gap_grown_from_2_ulp_to_200_fails_naming_the_figure(with_row) -> None:  # type: ignore[no-untyped-def]
+    inside = _judge({"max_ulp": 2, "max_abs": 9.5e-7, "differing": 17})
+    assert inside.outcome == "passed", inside.why
+    assert inside.why.startswith("the switch-off run differs (micro-batch) as expected, "
+                                 "within its envelope (max_ulp 2, max_abs 9.5e-07, differing 17; bounds max_ulp 6")
+    assert inside.drift["judged"] == "within" and inside.drift["envelope"]["bounds"][
+        "max_ulp"] == 6
+    grown = _judge({"max_ulp": 200, "max_abs": 9.5e-5, "differing": 17})
+    assert grown.outcome == "failed"
+    assert grown.why.startswith("drift grew: micro-batch of training-right float32 on cpu: "
+                                "max_ulp 200 (largest distance in ULP) is above its envelope "
+                                "1..2 (bound 6, 100 times its measured maximum); envelope "
+                                "measured: 5 runs, 2026-12-06, on a test CPU"), grown.why
+    assert "max_abs 9.5e-05" in grown.why and grown.drift["grew"] == ["max_ulp", "max_abs"]
+    # a switch-off row that became equal is stale, as before
+    stale = _judge({}, equal=True)
+    assert stale.outcome == "failed" and "inverse control found no difference" in stale.why
+    assert stale.drift["judged"] == "stale"
+
+
+def test_a_row_without_an_envelope_records_and_says_so() -> None:
+    found = expectations.judge_drift("batch-size", False, 18, "tiny", "cpu", "float32", False,
+                                     machine="aarch64", figures={"max_ulp": 7})
+    assert found.outcome == "xfailed" and found.why.startswith(
+        "no envelope: batch-size of tiny float32 on cpu differs (max_ulp 7)")
+    assert "npu-regress expectations update" in found.why
+    assert found.drift == {"table": "logprobs", "row": "record", "figures": {"max_ulp": 7},
+                           "judged": "no-envelope",
+                           "key": {"check": "batch-size", "source": "tiny", "device": "cpu",
+                                   "machine": "aarch64", "dtype": "float32", "switch": "off"}}
+
+
+# --- adopting figures: the reviewed act ---------------------------------------------------
+
+def _results(path: Path, tests: list[dict], cpu: str = "Test CPU (x86_64)") -> Path:
+    lines = [{"type": "header", "schema": 1, "start": "2026-12-06T01:00:00+00:00", "cpu": cpu,
+              "device": {"kind": "cpu"}, "packages": {"torch": "2.13.0+cpu", "verl": "0.9.1"}},
+             *({"type": "test", **t} for t in tests), {"type": "footer"}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _drift(judged: str, **figures: float) -> dict:
+    return {"table": "logprobs", "row": "differ", "judged": judged, "figures": figures,
+            "key": dict(zip(expectations.KEY_FIELDS, ROW, strict=True))}
+
+
+def _copy_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    from harness import expectations_cli
+    from harness.collectives import expected
+
+    log, coll = tmp_path / "expectations.toml", tmp_path / "expected.toml"
+    shutil.copy(expectations.DATA, log)
+    shutil.copy(expected.DATA, coll)
+    monkeypatch.setattr(expectations, "DATA", log)
+    monkeypatch.setattr(expected, "DATA", coll)
+    return expectations_cli.tables()
+
+
+def test_update_adopts_the_spread_of_the_runs_and_refuses_other_failures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tables = _copy_tables(tmp_path, monkeypatch)
+    runs = [_results(tmp_path / f"r{i}.jsonl", [
+        {"id": "a", "outcome": "xfailed", "drift": [_drift("no-envelope", max_ulp=u,
+                                                            max_abs=u * 4.8e-7)]},
+        {"id": "b", "outcome": "failed", "category": "harness",
+         "drift": [_drift("no-envelope", max_ulp=999)]},
+        {"id": "c", "outcome": "failed", "drift": [_drift("stale")]},
+    ]) for i, u in enumerate((1, 2, 2, 1, 2))]
+    done = adopt_mod.adopt(runs, tables)
+    assert done.written == [("logprobs", ROW, 5)] and done.notes == []
+    row = tables["logprobs"].get(ROW)
+    assert row.envelope.figures == {"max_abs": (4.8e-7, 9.6e-7), "max_ulp": (1, 2)}
+    assert row.envelope.measured.startswith("5 runs, 2026-12-06, on Test CPU (x86_64) (cpu; "
+                                            "torch 2.13.0+cpu, verl 0.9.1)")
+    assert row.outcome == "differ" and row.evidence.startswith("measured on the CI CPU")
+    assert sum("test failed for another reason than a drift (harness)" in r
+               for r in done.refused) == 5
+    assert sum("stale" in r for r in done.refused) == 5
+
+
+def test_update_through_the_command_line_prints_a_diff_and_check_writes_nothing(
+        tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "harness", tree / "harness",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    result = _results(tmp_path / "r.jsonl", [
+        {"id": "a", "outcome": "failed", "category": "drift-grew",
+         "drift": [_drift("grew", max_ulp=200)]}])
+    before = (tree / "harness/logprobs/expectations.toml").read_text()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "harness", "expectations", "update",
+                               *args], cwd=tree, capture_output=True, text=True,
+                              env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"})
+
+    checked = cli(str(result), "--check")
+    assert checked.returncode == 1, checked.stderr
+    assert "+max_ulp = [" in checked.stdout and "200," in checked.stdout, checked.stdout
+    assert (tree / "harness/logprobs/expectations.toml").read_text() == before
+    assert "measured over 1 run(s); docs/drift.md asks for 5" in checked.stderr
+    written = cli(str(result))
+    assert written.returncode == 0 and "written: review the diff" in written.stderr
+    assert (tree / "harness/logprobs/expectations.toml").read_text() != before
+    bad = cli(str(tmp_path / "missing.jsonl"))
+    assert bad.returncode == 2 and "missing.jsonl: cannot read it" in bad.stderr
