@@ -7,6 +7,7 @@ import argparse
 import datetime as _dt
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.report import bisect_outcomes
 from harness.report import history_folder as hist
@@ -81,6 +82,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _expectation_tables() -> dict[str, Any]:
+    """Every family's expectation table (its data file), by the name its drift records use."""
+    from harness.collectives import expected
+    from harness.drift.table import load
+    from harness.logprobs import expectations
+
+    return {"logprobs": load(expectations.DATA, expectations.KEY_FIELDS),
+            "collectives": load(expected.DATA, expected.KEY_FIELDS)}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bisect"]:  # its own parser: its exit statuses are 0 found, 2 not
@@ -89,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         return bisect(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "expectations":
-        from harness.expectations_cli import update
+        from harness.drift.adopt import update
 
-        return update(args.results, check=args.check)
+        return update(args.results, _expectation_tables, check=args.check)
     if args.command == "patches":
         from harness.patches import fingerprint_report as patches_cli
 

@@ -38,7 +38,7 @@ def _reading(collective: str, world: int) -> properties.Reading:
 def test_order_varying_control_fails_naming_collective_and_size() -> None:
     reading = _reading("order_varying_all_reduce", 4)
     assert expected.vacuous(reading, "gloo") is None
-    outcome, message = expected.judge_sizes(reading, expected.Expectation("equal", "claimed"))
+    outcome, message, _ = expected.judge_sizes(reading, expected.Expectation("equal", "claimed"))
     assert outcome == "fail"
     assert "order_varying_all_reduce float32, a 2-row message, row 0: differs from the row " \
            "alone in a 1-row message" in message

@@ -149,7 +149,7 @@ def _drift(judged: str, **figures: float) -> dict:
 
 
 def _copy_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    from harness import expectations_cli
+    from harness.cli import _expectation_tables
     from harness.collectives import expected
 
     log, coll = tmp_path / "expectations.toml", tmp_path / "expected.toml"
@@ -157,7 +157,7 @@ def _copy_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     shutil.copy(expected.DATA, coll)
     monkeypatch.setattr(expectations, "DATA", log)
     monkeypatch.setattr(expected, "DATA", coll)
-    return expectations_cli.tables()
+    return _expectation_tables()
 
 
 def test_update_adopts_the_spread_of_the_runs_and_refuses_other_failures(

@@ -22,7 +22,7 @@ PACKAGE = ROOT / "harness"
 #: package -> rank: lower ranks may import higher ones, never the reverse
 RANKS = {"": 0, "plugin": 1, "bisect": 1, "invariance": 2, "logprobs": 2, "hardware": 2, "patches": 2,
          "collectives": 2,
-         "isolation": 3, "stack": 4}
+         "isolation": 3, "stack": 4, "drift": 4}
 REPORT = "report"
 #: top-level modules besides the layer packages
 TOP_MODULES = {"__init__.py", "__main__.py", "cli.py"}

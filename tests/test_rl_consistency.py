@@ -31,10 +31,13 @@ def _split_head(fwd: TrainingForward) -> None:
 
 
 def test_a_seeded_micro_batch_reduction_is_caught_and_named() -> None:
-    # bf16, right padding, switch on: bit-equal on this CPU (the table's "equal" entry)
+    # bf16, right padding, switch on: bit-equal on an AVX512_BF16 CPU (the table's "equal"
+    # entry); on an AMX-BF16 one 6 of 32 differ by the padding width alone, no op between
+    # the micro-batch and the sequence padded to its width (the table's AMX gap)
     clean = run_isolated(run_training_case, "right", True, "bfloat16", "reference",
                          env=switch_env(True), method="forkserver").value
-    assert clean.equal and clean.cases == 32, clean.table()
+    assert clean.cases == 32 and (clean.equal or clean.first_divergent_op is None), \
+        clean.table()
     seeded = run_isolated(run_training_case, "right", True, "bfloat16", "reference",
                           _split_head, env=switch_env(True), method="forkserver").value
     assert not seeded.equal and not seeded.vacuous, seeded.table()

@@ -11,13 +11,16 @@ correct, not its envelope), or when the run cannot measure the row (too few thre
 
 from __future__ import annotations
 
+import difflib
 import json
+import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.drift.envelope import Envelope
+from harness.drift.envelope import Envelope, EnvelopeError
 from harness.drift.figures import judged
 from harness.drift.table import Row, Table, with_envelope
 
@@ -158,3 +161,38 @@ def _measured(headers: list[dict[str, Any]]) -> str:
     device = (first.get("device") or {}).get("kind", "?")
     return (f"{len(headers)} runs, {span}, on {first.get('cpu') or first.get('platform', '?')}"
             f" ({device}; {stack})")
+
+
+def update(results: list[Path], tables: Callable[[], dict[str, Table]], *,
+           check: bool = False) -> int:
+    """The command: ``tables()`` reads every family's data file. 0: written (or nothing to
+    change); 1: ``--check`` and something would change; 2: unusable inputs, named."""
+    try:
+        found = tables()
+        before = {name: table.dumps() for name, table in found.items()}
+        done = adopt(results, found)
+    except (ValueError, EnvelopeError) as exc:
+        print(f"npu-regress expectations: {exc}", file=sys.stderr)
+        return 2
+    for line in done.refused:
+        print(f"refused: {line}", file=sys.stderr)
+    changed = False
+    for name, table in found.items():
+        after = table.dumps()
+        if after == before[name]:
+            continue
+        changed = True
+        rel = table.path.name
+        sys.stdout.writelines(difflib.unified_diff(
+            before[name].splitlines(keepends=True), after.splitlines(keepends=True),
+            f"a/{rel}", f"b/{rel}"))
+        if not check:
+            table.write()
+    for line in done.notes:
+        print(f"note: {line}", file=sys.stderr)
+    rows = len(done.written)
+    print(f"npu-regress expectations: {rows} row(s) measured from {len(results)} run(s)"
+          + ("; would change the data files" if check and changed else
+             "; written: review the diff" if changed else "; nothing changed"),
+          file=sys.stderr)
+    return 1 if check and changed else 0
