@@ -25,18 +25,19 @@ def silu_by_rows(src: Any) -> None:
     _KEEP.append(lib)
 
 
-def silu_scaled_by_rows(src: Any) -> None:
-    """aten::silu on the CPU off by a factor of 1 + 2^-10 when the step holds several rows
-    (a fused kernel picked by the row count, with its own approximation): the switch-off
-    concurrent case's difference grows from the measured 1 ULP to hundreds or more."""
+
+def sampler_logprobs_in_bf16(src: Any) -> None:
+    """A regression seeded into vLLM's own sampler (``Sampler.compute_logprobs``): the
+    log-softmax of a step with several requests computed in bf16 and widened back (a memory
+    saving for large batches), a request alone still in fp32. The switch-off concurrent
+    case's difference grows from the measured 1 ULP to bf16 rounding."""
     import torch
+    from vllm.v1.sample.sampler import Sampler
 
-    lib = torch.library.Library("aten", "IMPL")
+    def compute_logprobs(logits: torch.Tensor) -> torch.Tensor:
+        if logits.dim() == 2 and logits.shape[0] > 1:
+            return logits.to(torch.bfloat16).log_softmax(dim=-1).to(torch.float32)
+        return logits.log_softmax(dim=-1, dtype=torch.float32)
 
-    def silu(x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1]).shape[0] if x.dim() else 1
-        out = x * torch.sigmoid(x)
-        return out * (1 + 2 ** -10) if rows > 1 else out
-
-    lib.impl("silu", silu, "CPU")
-    _KEEP.append(lib)
+    Sampler.compute_logprobs = staticmethod(compute_logprobs)  # type: ignore[method-assign]
+    _KEEP.append(compute_logprobs)

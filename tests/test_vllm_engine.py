@@ -172,8 +172,8 @@ cases = {
     "large KV cache": ("preemption", "float32",
                        {"engine": {"num_gpu_blocks_override": 64, "max_model_len": 512}}),
     "silu by rows": ("concurrent", "bfloat16", {"seed_regression": "tests.serving_seeds:silu_by_rows"}),
-    "silu scaled": ("concurrent", "float32",
-                    {"seed_regression": "tests.serving_seeds:silu_scaled_by_rows"}),
+    "sampler in bf16": ("concurrent", "float32",
+                        {"seed_regression": "tests.serving_seeds:sampler_logprobs_in_bf16"}),
     "base model only": ("lora-mix", "bfloat16", {"lora_every": (0,)}),
 }
 out = {}
@@ -242,13 +242,13 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     # (N, 3) loaded logprobs tensor: casts are skipped, a call with no counterpart passed)
     assert seeded["first_divergent_op"] == "aten::silu.default", seeded
     # a drift that grows (issue 56): the fp32 switch-off concurrent row, which the suite
-    # passes inside its envelope, fails as "drift grew" naming max_ulp once silu is off by
-    # 1 + 2^-10 in shared steps
+    # passes inside its envelope, fails as "drift grew" naming max_ulp once vLLM's own
+    # sampler takes a shared step's log-softmax in bf16
     from harness.logprobs.expectations import judge_drift
 
     row = tests["concurrent-off-float32"]
     assert row["outcome"] == "passed" and row["drift"][0]["judged"] == "within", row
-    scaled = controls["silu scaled"]
+    scaled = controls["sampler in bf16"]
     grown = judge_drift("concurrent", False, scaled["cases"], "vllm", "cpu", "float32", False,
                         figures=scaled["figures"])
     assert grown.outcome == "failed" and "max_ulp" in grown.drift["grew"], grown.why

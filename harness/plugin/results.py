@@ -206,6 +206,8 @@ class ResultsWriter:
             logprob_report=props.get("logprob_report"),
             dispatcher_footprint=props.get("dispatcher_footprint"),
             patch_guard=props.get("patch_guard"),
+            # the size of a difference against its envelope (harness.drift), per judged row
+            drift=props.get("drift"),
             # the cause before the verdict (harness.plugin.verdicts); else a missing or
             # renamed upstream symbol, or a finding about the release
             category=_category(report, props),
