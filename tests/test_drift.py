@@ -207,3 +207,41 @@ def test_update_through_the_command_line_prints_a_diff_and_check_writes_nothing(
     assert (tree / "harness/logprobs/expectations.toml").read_text() != before
     bad = cli(str(tmp_path / "missing.jsonl"))
     assert bad.returncode == 2 and "missing.jsonl: cannot read it" in bad.stderr
+
+
+DRIFT_TEST = '''
+import pytest
+from harness.logprobs.expectations import judge_drift
+
+ROW = ("micro-batch", "training-right", "cpu", "x86_64", "float32", "off")
+
+def test_grown(record_property):
+    found = judge_drift("micro-batch", False, 32, "training-right", "cpu", "float32", False,
+                        machine="x86_64", figures={"max_ulp": 5000, "max_abs": 2e-3})
+    record_property("drift", [found.drift])
+    if found.outcome == "failed":
+        pytest.fail(found.why, pytrace=False)
+    assert found.drift["judged"] == "no-envelope"  # a tree whose row is not measured yet
+    pytest.fail("drift grew: (no envelope in this tree)", pytrace=False)
+'''
+
+
+def test_a_drift_that_grew_is_filed_as_drift_grew_with_its_record(
+        pytester: pytest.Pytester) -> None:
+    """Through pytest and the plugin: the failure's category is "drift-grew" where a drift
+    record says the drift grew, and the results line carries the record (figures, envelope,
+    how judged) for the report's trends and for expectations update."""
+    pytester.makepyfile(test_d=DRIFT_TEST)
+    results = pytester.path / "results.jsonl"
+    run = pytester.runpytest_subprocess(f"--harness-results={results}")
+    run.assert_outcomes(failed=1)
+    line = next(json.loads(x) for x in results.read_text().splitlines()
+                if json.loads(x)["type"] == "test")
+    record = line["drift"][0]
+    assert record["key"]["source"] == "training-right" and record["figures"]["max_ulp"] == 5000
+    if record["judged"] == "grew":
+        assert line["category"] == "drift-grew", line
+        assert line["verdict"]["reason"].startswith(
+            "drift grew: micro-batch/training-right/cpu/x86_64/float32/off: max_ulp"), line
+    else:  # no envelope yet: a failure with no drift record that grew is not filed so
+        assert line.get("category") in (None, ""), line

@@ -81,7 +81,9 @@ def adopt(paths: list[Path], tables: dict[str, Table]) -> Adoption:
     runs = read_runs(paths)
     figures: dict[tuple[str, tuple[str, ...]], list[dict[str, float]]] = defaultdict(list)
     rows: dict[tuple[str, tuple[str, ...]], str] = {}
-    where: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = defaultdict(list)
+    #: the runs (results files) a row was measured in: a row that a file reports twice (two
+    #: targets' cases, hf and hf-left) is one run of it
+    where: dict[tuple[str, tuple[str, ...]], dict[Path, dict[str, Any]]] = defaultdict(dict)
     for run in runs:
         for test in run.tests:
             for record in test.get("drift") or []:
@@ -96,7 +98,7 @@ def adopt(paths: list[Path], tables: dict[str, Table]) -> Adoption:
                     continue
                 figures[key].append(judged(record.get("figures") or {}))
                 rows[key] = str(record.get("row") or "record")
-                where[key].append(run.header)
+                where[key][run.path] = run.header
     for (name, key), measured in figures.items():
         table = tables[name]
         names = sorted({n for m in measured for n in m})
@@ -104,17 +106,17 @@ def adopt(paths: list[Path], tables: dict[str, Table]) -> Adoption:
                                                                    if n in m))
                   for n in names}
         old = table.get(key)
-        envelope = Envelope(ranges, len(measured), _measured(where[(name, key)]),
+        runs = len(where[(name, key)])
+        envelope = Envelope(ranges, runs, _measured(list(where[(name, key)].values())),
                             old.envelope.tolerance if old and old.envelope else
                             Envelope.__dataclass_fields__["tolerance"].default,
                             table.where(key))
         if old is None:
-            old = Row(key, rows[(name, key)], f"adopted from {len(measured)} runs "
-                      f"({envelope.measured})")
+            old = Row(key, rows[(name, key)], f"adopted: {envelope.measured}")
         table.put(with_envelope(old, envelope))
-        done.written.append((name, key, len(measured)))
-        if len(measured) < MIN_RUNS:
-            done.notes.append(f"{table.where(key)}: measured over {len(measured)} run(s); "
+        done.written.append((name, key, runs))
+        if runs < MIN_RUNS:
+            done.notes.append(f"{table.where(key)}: measured over {runs} run(s); "
                               f"docs/drift.md asks for {MIN_RUNS} to see the spread")
     return done
 
@@ -159,7 +161,8 @@ def _measured(headers: list[dict[str, Any]]) -> str:
     stack = ", ".join(f"{k} {v}" for k, v in packages.items()
                       if v and k in ("torch", "torch_npu", "vllm", "vllm_ascend", "verl"))
     device = (first.get("device") or {}).get("kind", "?")
-    return (f"{len(headers)} runs, {span}, on {first.get('cpu') or first.get('platform', '?')}"
+    runs = f"{len(headers)} run{'s' if len(headers) != 1 else ''}"
+    return (f"{runs}, {span}, on {first.get('cpu') or first.get('platform', '?')}"
             f" ({device}; {stack})")
 
 

@@ -1,14 +1,18 @@
 """What each logprob property must show, per check, source, device, machine, dtype and switch:
-one table of measurements, each entry with the figures that justify it.
+one table of measurements, a data file beside this module (``expectations.toml``), each row
+with the prose that justifies it and, where the row may differ, the envelope its figures
+were measured in (``harness.drift``).
 
 - Switch on: every property must hold (bitwise equal), unless the table names a known
   coverage gap (operators the target's invariant set does not cover): then the case is an
   XFAIL naming them, and if the gap closes (the property holds) the case fails, so that the
   table is corrected.
 - Switch off, batch size and decode versus prefill: the inverse control. A difference
-  proves the check can see one. Finding none: where the table says the path is known to
-  be variant, the comparison or the sweep is broken (a failure); where nothing is known,
-  an XFAIL that says so.
+  proves the check can see one; its size is judged against the row's envelope, and a
+  figure above its bound fails as "drift grew" (a row with no envelope records its figures
+  and says so: an XFAIL, no claim). Finding none: where the table says the path is known
+  to be variant, the comparison or the sweep is broken (a failure); where nothing is known,
+  an XFAIL that says so. A known gap's difference is judged the same way.
 - Repeat: the same bits run after run, with the switch on or off (no inverse: a
   deterministic device repeats itself whatever the switch).
 - A diagnosis ("not-from"): with one kernel path turned off, no difference may start in
