@@ -219,10 +219,8 @@ def test_grown(record_property):
     found = judge_drift("micro-batch", False, 32, "training-right", "cpu", "float32", False,
                         machine="x86_64", figures={"max_ulp": 5000, "max_abs": 2e-3})
     record_property("drift", [found.drift])
-    if found.outcome == "failed":
-        pytest.fail(found.why, pytrace=False)
-    assert found.drift["judged"] == "no-envelope"  # a tree whose row is not measured yet
-    pytest.fail("drift grew: (no envelope in this tree)", pytrace=False)
+    assert found.outcome == "failed"
+    pytest.fail(found.why, pytrace=False)
 '''
 
 
@@ -239,9 +237,9 @@ def test_a_drift_that_grew_is_filed_as_drift_grew_with_its_record(
                 if json.loads(x)["type"] == "test")
     record = line["drift"][0]
     assert record["key"]["source"] == "training-right" and record["figures"]["max_ulp"] == 5000
-    if record["judged"] == "grew":
-        assert line["category"] == "drift-grew", line
-        assert line["verdict"]["reason"].startswith(
-            "drift grew: micro-batch/training-right/cpu/x86_64/float32/off: max_ulp"), line
-    else:  # no envelope yet: a failure with no drift record that grew is not filed so
-        assert line.get("category") in (None, ""), line
+    assert record["judged"] == "grew" and record["envelope"]["runs"] >= 5, record
+    assert line["category"] == "drift-grew", line
+    assert line["verdict"]["reason"].startswith(
+        "drift grew: micro-batch/training-right/cpu/x86_64/float32/off: max_ulp"), line
+    assert "drift grew: micro-batch of training-right float32 on cpu: max_ulp 5000 " \
+        "(largest distance in ULP) is above its envelope 2..2" in line["longrepr"], line
