@@ -114,11 +114,8 @@ def _record(reading: Any, expectation: Expectation, dtype: str) -> dict[str, Any
     elif envelope is None:
         record["judged"] = "no-envelope"
     else:
-        record["envelope"] = envelope.to_record()
-        grew = envelope.breaches(figures)
-        record["judged"] = "grew" if grew else "within"
+        grew = envelope.judge(figures, record)
         if grew:
-            record["grew"] = [b.figure for b in grew]
             record["sentence"] = f"{dtype}: " + "; ".join(
                 b.sentence(envelope.measured) for b in grew)
     if record["judged"] != "grew":

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.drift.envelope import Envelope, EnvelopeError
+from harness.drift.envelope import DEFAULT_TOLERANCE, Envelope, EnvelopeError
 from harness.drift.figures import judged
 from harness.drift.table import Row, Table, with_envelope
 
@@ -109,7 +109,7 @@ def adopt(paths: list[Path], tables: dict[str, Table]) -> Adoption:
         runs = len(where[(name, key)])
         envelope = Envelope(ranges, runs, _measured(list(where[(name, key)].values())),
                             old.envelope.tolerance if old and old.envelope else
-                            Envelope.__dataclass_fields__["tolerance"].default,
+                            DEFAULT_TOLERANCE,
                             table.where(key))
         if old is None:
             old = Row(key, rows[(name, key)], f"adopted: {envelope.measured}")

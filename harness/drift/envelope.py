@@ -101,6 +101,16 @@ class Envelope:
                 found.append(Breach(name, value, lo, hi, self.bound(name)))
         return found
 
+    def judge(self, figures: Mapping[str, Any], record: dict[str, Any]) -> list[Breach]:
+        """Judge ``figures`` and note it in a drift ``record``: the envelope and bounds
+        judged by, "grew" (and which figures) or "within". Returns the breaches."""
+        record["envelope"] = self.to_record()
+        grew = self.breaches(figures)
+        record["judged"] = "grew" if grew else "within"
+        if grew:
+            record["grew"] = [b.figure for b in grew]
+        return grew
+
     def to_record(self) -> dict[str, Any]:
         """For the results file: the ranges and bounds tonight was judged by."""
         return {"runs": self.runs, "measured": self.measured, "tolerance": self.tolerance,

@@ -18,7 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from harness.drift.envelope import Envelope, EnvelopeError, from_data
+from harness.drift.envelope import DEFAULT_TOLERANCE, Envelope, EnvelopeError, from_data
 
 #: "equal" must hold; "differ" must differ, inside its envelope; "gap" a known coverage gap
 #: (an XFAIL inside its envelope); "not-from" a diagnosis; "record" no claim (recorded)
@@ -64,7 +64,7 @@ class Table:
             if row.envelope is not None:
                 env: dict[str, Any] = {"runs": row.envelope.runs,
                                        "measured": row.envelope.measured}
-                if row.envelope.tolerance != Envelope.__dataclass_fields__["tolerance"].default:
+                if row.envelope.tolerance != DEFAULT_TOLERANCE:
                     env["tolerance"] = row.envelope.tolerance
                 for name, (lo, hi) in row.envelope.figures.items():
                     env[name] = [lo, hi]

@@ -194,15 +194,11 @@ def _judge(expect: Expectation, check: str, equal: bool, cases: int, source: str
             f"({size}), and no envelope for this row says how much it may "
             f"({expect.measured}){gap}; its figures are recorded, not judged "
             "(npu-regress expectations update RESULTS.jsonl adopts them)")
-    record["envelope"] = expect.envelope.to_record()
-    grew = expect.envelope.breaches(figures)
+    grew = expect.envelope.judge(figures, record)
     if grew:
-        record["judged"] = "grew"
-        record["grew"] = [b.figure for b in grew]
         return "failed", (f"drift grew: {check} of {source} {dtype} on {device_kind}: "
                           + "; ".join(b.sentence(expect.envelope.measured) for b in grew)
                           + f" (row {'/'.join(expect.key)}){gap}")
-    record["judged"] = "within"
     within = (f"{size}; bounds " + ", ".join(
         describe(n, expect.envelope.bound(n)) for n in expect.envelope.figures if n in figures))
     if expect.outcome == "gap":

@@ -11,7 +11,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.report.folded_nights import FAILING_LETTERS, OUTCOME_OF, PASSING_LETTERS, History, Past
+from harness.report.folded_nights import (
+    FAILING_LETTERS,
+    OUTCOME_OF,
+    PASSING_LETTERS,
+    TREND_FIGURES,
+    History,
+    Past,
+)
 from harness.report.history_folder import night_file
 from harness.report.load import Problems, RunResults, TestResult
 
@@ -136,8 +143,6 @@ class Comparison:
         """Every test with figures tonight, per runner and trend figure: the value on each
         night of the history and tonight, tonight's bound and how it was judged (tests
         whose drift grew first)."""
-        from harness.report.folded_nights import TREND_FIGURES
-
         rows = []
         for runner, run in sorted(self.runs.items()):
             past = self.history.runners.get(runner)
