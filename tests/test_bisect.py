@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from harness.bisect import endpoints as ends
-from harness.bisect.controller import card, main
-from harness.bisect.search import BAD, FLAKY, GOOD, SKIP, ddmin, first_bad
+from harness.bisect.card import card
+from harness.bisect.controller import main
+from harness.bisect.search import BAD, FLAKY, GOOD, OTHER, SKIP, ddmin, first_bad
 from harness.bisect.state import State
-from harness.bisect.trial import Ending, Reference, judge, signature
+from harness.bisect.trial import Ending, Reference, judge
 from harness.report.schema import line
 
 # --- the searches --------------------------------------------------------------------------
@@ -25,31 +26,37 @@ def test_ddmin_names_the_one_cause_of_several_changes() -> None:
         tried.append(subset)
         return BAD if "vllm" in subset else GOOD
 
-    assert ddmin(["transformers", "verl", "vllm", "fastapi"], probe) == ["vllm"]
+    assert ddmin(["transformers", "verl", "vllm", "fastapi"], probe).culprits == ["vllm"]
     assert len(tried) <= 4
 
 
 def test_ddmin_keeps_two_changes_that_fail_only_together() -> None:
-    assert ddmin(["a", "b", "c", "d"],
-                 lambda s: BAD if {"a", "d"} <= set(s) else GOOD) == ["a", "d"]
+    found = ddmin(["a", "b", "c", "d"], lambda s: BAD if {"a", "d"} <= set(s) else GOOD)
+    assert (found.culprits, found.untried, found.minimal) == (["a", "d"], [], True)
 
 
 def test_ddmin_does_not_take_a_skip_for_the_cause() -> None:
     """A subset that cannot be judged is not the culprit: the search goes on past it."""
-    assert ddmin(["a", "b"], lambda s: SKIP if s == ["a"] else BAD if "b" in s else GOOD) \
-        == ["b"]
+    found = ddmin(["a", "b"], lambda s: SKIP if s == ["a"] else BAD if "b" in s else GOOD)
+    assert found.culprits == ["b"] and found.minimal
 
 
-def _search(verdicts: list[str], reruns: dict[int, str] | None = None):
+def test_ddmin_keeps_a_skip_apart_from_good() -> None:
+    """'a' alone cannot be tried and 'b' alone is good: the cause is 'a', or 'a' and 'b'
+    together. ddmin names the pair and keeps 'a' as untried, never cleared as good."""
+    found = ddmin(["a", "b"], lambda s: SKIP if s == ["a"] else BAD if s == ["a", "b"]
+                  else GOOD)
+    assert found.culprits == ["a", "b"] and found.untried == [["a"]] and not found.minimal
+
+
+def _search(verdicts: list[str]):
     probed: list[int] = []
 
     def probe(i: int) -> str:
         probed.append(i)
         return verdicts[i]
 
-    found = first_bad(len(verdicts), probe,
-                      lambda i: (reruns or {}).get(i, verdicts[i]))
-    return found, probed
+    return first_bad(len(verdicts), probe), probed
 
 
 def test_the_version_search_halves_the_range() -> None:
@@ -71,12 +78,18 @@ def test_a_skip_next_to_the_boundary_leaves_it_open() -> None:
     assert not found.found
 
 
-def test_a_flaky_boundary_is_rerun_said_and_not_named() -> None:
-    """Candidate 3 is bad once and good on its rerun: it is FLAKY, not the answer."""
-    verdicts = [GOOD, GOOD, GOOD, BAD, BAD, BAD]
-    found, _ = _search(verdicts, reruns={3: GOOD})
+def test_a_flaky_candidate_is_said_and_not_named() -> None:
+    """Candidate 3's runs disagreed: it is FLAKY, neither the answer nor cleared."""
+    found, _ = _search([GOOD, GOOD, GOOD, FLAKY, BAD, BAD])
     assert found.verdicts[3] == FLAKY
     assert found.first_bad == 4 and found.unresolved == [3] and not found.found
+
+
+def test_another_failure_is_before_the_change_and_not_good() -> None:
+    """Releases 3 and 4 fail another way (OTHER), 5 as tonight: 5 is the first bad."""
+    found, _ = _search([GOOD, GOOD, GOOD, OTHER, OTHER, BAD, BAD])
+    assert (found.last_good, found.first_bad, found.found) == (4, 5, True)
+    assert found.verdicts[4] == OTHER
 
 
 # --- a trial's verdict ---------------------------------------------------------------------
@@ -90,7 +103,7 @@ REF = Reference(good={"t": GREEN}, bad={"t": TONIGHT})
 def test_the_same_failure_on_another_release_is_bad() -> None:
     same = Ending("failed", "", ["vllm.v1.engine.core:EngineCore.wake_up changed in meaning, "
                                   "and patch did not raise (vllm 0.25.1, at 0x55aa01)"])
-    assert signature(same.lines) == signature(TONIGHT.lines)
+    assert same.signature == TONIGHT.signature
     assert judge({"t": same}, REF)[0] == BAD
     assert judge({"t": GREEN}, REF)[0] == GOOD
 
@@ -239,9 +252,11 @@ def test_a_checkout_s_commits_are_bisected_to_the_first_bad_one(tmp_path: Path) 
                    "--rootdir", str(root), "--state", str(state)])
     outcome = json.loads((state / "bisect.json").read_text())
     assert status == 0, outcome["why"]
-    assert outcome["first_bad"] == {"package": "toypkg", "version": f"git:{commits[3]}"}
-    assert outcome["last_good"] == {"package": "toypkg", "version": f"git:{commits[2]}"}
-    assert outcome["candidates_tried"] <= 3
+    [group] = outcome["groups"]
+    assert group["first_bad"] == {"package": "toypkg", "version": f"git:{commits[3]}"}
+    assert group["last_good"] == {"package": "toypkg", "version": f"git:{commits[2]}"}
+    assert group["candidates_tried"] <= 3
+    assert all(t["runs"] == [t["verdict"]] * 2 for t in group["trials"]), group["trials"]
 
 
 def test_a_trial_past_its_limit_is_a_skip_and_leaves_nothing(tmp_path: Path) -> None:
@@ -261,8 +276,9 @@ def test_a_trial_past_its_limit_is_a_skip_and_leaves_nothing(tmp_path: Path) -> 
         "    time.sleep(600)\n")
     runner = Runner(["test_hang.py::test_hang"], tmp_path, Overlays(tmp_path / "ov"), {},
                     timeout=8)
-    ends_, why, seconds, status = runner.run({})
-    assert ends_ == {} and why == "timed out after 8 s" and status is None
+    attempt = runner.run({})
+    assert (attempt.verdict, attempt.why, attempt.tests, attempt.exitstatus) == (
+        SKIP, "timed out after 8 s", {}, None)
     pid = int(pidfile.read_text())
     for _ in range(50):
         try:

@@ -7,6 +7,7 @@ cannot be installed is remembered as such (its pip text), and its candidate is a
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -85,7 +86,12 @@ class Overlays:
         if archive.returncode != 0:
             raise OverlayError(f"git archive {commit[:12]} {' '.join(paths)} in {checkout}: "
                                + archive.stderr.decode(errors="replace").strip()[-300:])
-        subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+        unpacked = subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout,
+                                  capture_output=True, check=False)
+        if unpacked.returncode != 0:  # a damaged archive is a skip, never a crash
+            raise OverlayError(f"tar -x of {distribution} {commit[:12]} (exit "
+                               f"{unpacked.returncode}): "
+                               + unpacked.stderr.decode(errors="replace").strip()[-300:])
         if distribution == "vllm-ascend" and (into / "setup.py").is_file():
             try:
                 write_build_info(into, soc_version())
@@ -99,3 +105,17 @@ class Overlays:
         version): every distribution not already installed at that version."""
         return [self.get(dist, version) for dist, version in sorted(assignment.items())
                 if installed.get(dist) != version]
+
+
+def installed_versions(python: str) -> dict[str, str | None]:
+    """This environment's versions of the manifest's packages, by distribution (read in a
+    fresh interpreter, as the manifest reads them): a candidate at one of them needs no
+    overlay."""
+    code = ("import json; from harness.plugin.stack_manifest import PACKAGES, read_packages;"
+            "e = read_packages(); print(json.dumps({PACKAGES.get(k, k): v['version'] "
+            "for k, v in e.items()}))")
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}

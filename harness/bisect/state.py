@@ -15,8 +15,8 @@ from harness.bisect.trial import Trial
 from harness.report.atomic import write_whole
 
 STATE_FILE = "state.json"
-#: bisect.json's layout version
-SCHEMA = 1
+#: bisect.json's layout version (2: one outcome per failure group, in ``groups``)
+SCHEMA = 2
 
 
 def key(assignment: dict[str, str]) -> str:
@@ -28,8 +28,6 @@ class State:
     folder: Path
     inputs: dict[str, Any]
     trials: dict[str, Trial] = field(default_factory=dict)
-    #: reruns of a trial (flakiness checks), by key
-    reruns: dict[str, Trial] = field(default_factory=dict)
     #: how many trials came from an earlier, interrupted bisect
     resumed: int = 0
 
@@ -49,13 +47,11 @@ class State:
                                    "options); use --state DIR for this one, or --fresh to "
                                    "start this one over there")
         trials = {k: Trial.from_dict(v) for k, v in data.get("trials", {}).items()}
-        reruns = {k: Trial.from_dict(v) for k, v in data.get("reruns", {}).items()}
-        return cls(folder, inputs, trials, reruns, resumed=len(trials) + len(reruns))
+        return cls(folder, inputs, trials, resumed=len(trials))
 
     def save(self) -> None:
         data = {"inputs": self.inputs,
-                "trials": {k: t.to_dict() for k, t in self.trials.items()},
-                "reruns": {k: t.to_dict() for k, t in self.reruns.items()}}
+                "trials": {k: t.to_dict() for k, t in self.trials.items()}}
         write_whole(self.folder / STATE_FILE,
                     lambda fh: fh.write(json.dumps(data, indent=1) + "\n"))
 

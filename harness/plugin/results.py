@@ -222,6 +222,9 @@ class ResultsWriter:
             record["reason"] = report.wasxfail
         if report.failed:
             record["longrepr"] = tail_text(str(report.longrepr), TEXT_TAIL)
+            problems = getattr(report, "harness_problems", None)
+            if problems:
+                record["problems"] = [tail_text(p, TEXT_TAIL) for p in problems[:64]]
         self.write(record)
 
     def footer(self, exitstatus: int) -> None:

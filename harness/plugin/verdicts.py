@@ -263,6 +263,10 @@ class Verdicts:
                 k == "upstream_drift" for k, _ in report.user_properties):
             # a check that lets the adapter's UpstreamDrift through is filed as drift too
             report.user_properties.append(("upstream_drift", str(drift)))
+        if report.failed:
+            # the failure's whole statement, read from the exception while the hook has it
+            # (the results file's text alone keeps only a tail): a bisect's signature
+            report.harness_problems = failure_lines(report.longrepr, call.excinfo)
         return report
 
     def _ledger(self, report: pytest.TestReport, finding: Finding,

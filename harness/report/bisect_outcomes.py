@@ -13,8 +13,8 @@ from typing import Any
 from harness.report.compare import Comparison
 from harness.report.load import Problems, readable_file
 
-#: the bisect.json layouts this reader knows
-SCHEMAS = (1,)
+#: the bisect.json layouts this reader knows (2: one outcome per failure group)
+SCHEMAS = (1, 2)
 MAX_BYTES = 8 * 1024 * 1024
 
 
@@ -50,7 +50,21 @@ def _fault(data: Any) -> str | None:
             return f"'{name}' missing or not a {kind.__name__}"
     if not all(isinstance(t, str) for t in data["tests"]):
         return "'tests' holds a non-string"
+    if data["schema"] >= 2:
+        groups = data.get("groups")
+        if not isinstance(groups, list) or not all(
+                isinstance(g, dict) and isinstance(g.get("card"), str)
+                and isinstance(g.get("tests"), list)
+                and all(isinstance(t, str) for t in g["tests"]) for g in groups):
+            return "'groups' missing, or a group without a 'card' text and 'tests' list"
     return None
+
+
+def _cards(outcome: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """(card line, its tests): one per failure group (schema 2), or the one outcome's."""
+    if outcome["schema"] >= 2:
+        return [(g["card"], g["tests"]) for g in outcome["groups"]]
+    return [(outcome["card"], outcome["tests"])]
 
 
 def attach(comp: Comparison, outcomes: list[dict[str, Any]]) -> Problems:
@@ -58,13 +72,13 @@ def attach(comp: Comparison, outcomes: list[dict[str, Any]]) -> Problems:
     that are not tonight's failures of that runner is said (an old or misplaced file)."""
     problems = Problems()
     for outcome in outcomes:
-        text = outcome["card"][:400]
         matched = 0
-        for test in outcome["tests"]:
-            cell = comp.cells.get((test, outcome["runner"]))
-            if cell is not None and cell.outcome in ("failed", "error"):
-                cell.bisect = text
-                matched += 1
+        for text, tests in _cards(outcome):
+            for test in tests:
+                cell = comp.cells.get((test, outcome["runner"]))
+                if cell is not None and cell.outcome in ("failed", "error"):
+                    cell.bisect = text[:400]
+                    matched += 1
         if not matched:
             problems.append(f"bisect of runner {outcome['runner']!r} "
                             f"({', '.join(outcome['tests'])[:200]}): none of its tests fails "

@@ -61,6 +61,8 @@ class TestResult:
     #: it was judged ("within", "grew", "no-envelope"...; the worst over its records)
     bounds: dict[str, float] | None = None
     judged: str = ""
+    #: a failure's problem lines as the check stated them (empty in older files)
+    problems: tuple[str, ...] = ()
 
     @property
     def failing(self) -> bool:
@@ -329,12 +331,25 @@ def parse_test(record: dict[str, Any], *, lean: bool = False) -> TestResult:
         reason = _text(record.get("reason"))
         result.reason = sys.intern(reason) if len(reason) <= 300 else reason  # shared
         result.longrepr = _text(record.get("longrepr"))
+        result.problems = _lines(record.get("problems"))
         result.logprob_report = _small(record.get("logprob_report"))
         if result.failing:  # only a failure's card shows its children (memory)
             result.children = _children(record.get("children"))
         result.category = _text(record.get("category"), 40)
         result.dispatcher_footprint = _footprint(record.get("dispatcher_footprint"))
     return result
+
+
+#: problem lines kept of one failure, and characters of each
+MAX_PROBLEM_LINES, MAX_PROBLEM_CHARS = 64, 2000
+
+
+def _lines(value: Any) -> tuple[str, ...]:
+    """A failure's problem lines: strings only, cut to size; () if not a list."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(_text(v, MAX_PROBLEM_CHARS) for v in value[:MAX_PROBLEM_LINES]
+                 if isinstance(v, str))
 
 
 #: operators kept of one footprint (a switch overrides a handful; the rest is noise)

@@ -93,6 +93,9 @@ class Test(TypedDict, total=False):
     children: list[Child]
     reason: str  # a skip's or an xfail's
     longrepr: str  # a failure's text, its tail
+    #: a failure's problem lines, whole (``failure_lines`` of the exception): what a bisect
+    #: compares as the failure's signature
+    problems: list[str]
 
 
 #: a ``logprob_report`` whose ``check`` is this carries rollout-vs-training figures, which the

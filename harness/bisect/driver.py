@@ -1,0 +1,234 @@
+"""The search driver of one failure group: its references (both nights rerun, each
+reproducing its night test for test), the culprit package (delta debugging), then its first
+bad release. Every probe runs ``runs`` times and counts only when its runs agree."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.bisect import endpoints as ends
+from harness.bisect import index
+from harness.bisect.endpoints import COMMIT_PREFIX
+from harness.bisect.git import commits
+from harness.bisect.search import BAD, FLAKY, GOOD, OTHER, SKIP, ddmin, first_bad
+from harness.bisect.signature import SAME
+from harness.bisect.state import State, key
+from harness.bisect.trial import Attempt, Ending, Reference, Runner, Trial, judge
+from harness.stack.pairing import table as pairing_table
+
+#: vllm-ascend release -> the vLLM its compatibility matrix pairs it with
+PAIRS = {release: str(row.get("vllm", "")) for release, row in
+         pairing_table().get("vllm_ascend", {}).items()}
+#: a probe's runs by default: one observation never decides
+RUNS = 2
+
+
+class BudgetSpent(Exception):
+    """The time budget ran out before the next trial (the state is kept: rerun resumes)."""
+
+
+@dataclass
+class Bisect:
+    endpoints: ends.Endpoints
+    runner: Runner
+    state: State
+    budget: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    runs: int = RUNS
+    reference: Reference | None = None
+    #: every trial of this bisect, in order (resumed ones included), with its role
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    # -- trials -------------------------------------------------------------------------
+    def _spent(self) -> None:
+        if self.budget is not None and time.monotonic() - self.started > self.budget:
+            raise BudgetSpent(f"the budget of {self.budget:.0f} s is spent")
+
+    def _trial(self, assignment: dict[str, str], role: str) -> Trial:
+        k = key(assignment)
+        if k not in self.state.trials:
+            attempts: list[Attempt] = []
+            for _ in range(self.runs):
+                self._spent()
+                attempt = self.runner.run(assignment)
+                if attempt.verdict != SKIP:
+                    attempt.verdict, attempt.why = (
+                        ("reference", "a night's own rerun") if self.reference is None
+                        else judge(attempt.tests, self.reference))
+                attempts.append(attempt)
+                if attempt.verdict == SKIP:
+                    break  # it could not be judged: another run would not judge it
+            trial = Trial.of(assignment, attempts)
+            self.state.trials[k] = trial
+            self.state.save()
+            shown = ", ".join(f"{d} {v}" for d, v in sorted(assignment.items()))
+            print(f"npu-regress bisect: {role}: {shown or 'as installed'}: {trial.verdict} "
+                  f"({trial.seconds:.0f} s, {len(trial.runs)} run"
+                  f"{'s' * (len(trial.runs) != 1)})"
+                  f"{': ' + trial.why if trial.verdict != GOOD else ''}", flush=True)
+        trial = self.state.trials[k]
+        self.log.append({"role": role, "assignment": trial.assignment,
+                         "verdict": trial.verdict, "why": trial.why,
+                         "runs": [r.verdict for r in trial.runs],
+                         "seconds": round(trial.seconds, 1)})
+        return trial
+
+    def _skip(self, assignment: dict[str, str], role: str, why: str) -> str:
+        """A candidate that is not tried at all (said, kept like a trial)."""
+        k = key(assignment)
+        if k not in self.state.trials:
+            self.state.trials[k] = Trial(assignment, SKIP, why)
+            self.state.save()
+            print(f"npu-regress bisect: {role}: skip: {why}", flush=True)
+        self.log.append({"role": role, "assignment": assignment, "verdict": SKIP, "why": why,
+                         "runs": [], "seconds": 0.0})
+        return SKIP
+
+    def verdict(self, assignment: dict[str, str], role: str) -> str:
+        return self._trial(assignment, role).verdict
+
+    # -- the steps ----------------------------------------------------------------------
+    def references(self) -> str | None:
+        """Rerun both nights ``runs`` times; None when every run ends, test for test, as
+        its night did (a failure with the same signature), else why not."""
+        changes = self.endpoints.revertible
+        nights = (("tonight's", {c.distribution: str(c.bad) for c in changes},
+                   self.endpoints.bad),
+                  ("the good night's", {c.distribution: str(c.good) for c in changes},
+                   self.endpoints.good))
+        reruns = {}
+        for which, assignment, night in nights:
+            trial = self._trial(assignment, f"{which} versions")
+            if trial.verdict == SKIP:
+                return f"{which} versions could not be run here: {trial.why}"
+            why = _reproduces(which, night, trial, self.endpoints.tests)
+            if why:
+                return why
+            reruns[which] = trial.tests
+        self.reference = Reference(good=reruns["the good night's"], bad=reruns["tonight's"])
+        if judge(self.reference.good, self.reference)[0] == BAD:
+            fixed = ", ".join(f"{c} ({c.not_revertible})" for c in self.endpoints.fixed)
+            return ("with the good night's versions of "
+                    + ", ".join(c.distribution for c in changes)
+                    + " the tests still end as tonight: the cause is not among the packages "
+                    "a bisect can revert" + (f"; also changed: {fixed}" if fixed else ""))
+        return None
+
+    def units(self) -> list[list[ends.Change]]:
+        """The changes, those that only move together as one unit: vllm-ascend and the vLLM
+        its compatibility matrix pairs it with, when both nights follow the matrix ("do not
+        mix components from different releases")."""
+        changes = self.endpoints.revertible
+        by_dist = {c.distribution: c for c in changes}
+        ascend, vllm = by_dist.get("vllm-ascend"), by_dist.get("vllm")
+        if ascend is None or vllm is None or not (
+                PAIRS.get(str(ascend.good)) == vllm.good
+                and PAIRS.get(str(ascend.bad)) == vllm.bad):
+            return [[c] for c in changes]
+        return [[ascend, vllm], *([c] for c in changes if c not in (ascend, vllm))]
+
+    def culprits(self) -> tuple[list[list[ends.Change]], list[list[list[ends.Change]]]]:
+        """The smallest set of units that still fails at tonight's versions, and the smaller
+        sets that could not be judged."""
+        units = self.units()
+        if len(units) == 1:
+            return units, []
+        changes = self.endpoints.revertible
+
+        def probe(subset: list[list[ends.Change]]) -> str:
+            moved = [c for unit in subset for c in unit]
+            assignment = {c.distribution: str(c.bad if c in moved else c.good)
+                          for c in changes}
+            return self.verdict(assignment, "which package: " + ", ".join(
+                f"{c.distribution} {c.bad}" for c in moved) + " at tonight's")
+
+        found = ddmin(units, probe)
+        return found.culprits, found.untried
+
+    def versions(self, change: ends.Change, sources: dict[str, tuple[Path, str, str]],
+                 pip_options: tuple[str, ...]) -> list[str]:
+        if change.distribution in sources:
+            checkout, good, bad = sources[change.distribution]
+            return [COMMIT_PREFIX + c for c in commits(checkout, good, bad)]
+        return index.between(change.distribution, str(change.good), str(change.bad),
+                             pip_options=pip_options)
+
+    def release(self, unit: list[ends.Change], versions: list[str]) -> dict[str, Any]:
+        """The first bad of ``versions`` of the unit's lead (a paired vLLM following it),
+        the other changed packages at the good night's versions."""
+        change = unit[0]
+        held = {c.distribution: str(c.good) for c in self.endpoints.revertible}
+
+        def at(i: int) -> dict[str, str]:
+            assignment = {**held, change.distribution: versions[i]}
+            for follower in unit[1:]:  # vLLM, as vllm-ascend's matrix pairs it
+                assignment[follower.distribution] = PAIRS.get(versions[i], "")
+            return assignment
+
+        def probe(i: int) -> str:
+            role = f"which release of {change.distribution}"
+            if "" in at(i).values():
+                return self._skip(at(i), role, f"{change.distribution} {versions[i]}: no vLLM "
+                                  "pairing in its matrix (harness/stack/pairings.toml)")
+            return self.verdict(at(i), role)
+
+        found = first_bad(len(versions), probe)
+        last = self.state.trials.get(key(at(found.last_good)))
+        return {"versions": versions, "last_good": versions[found.last_good],
+                "first_bad": versions[found.first_bad],
+                # the last one before the change failed in another way: said, not "good"
+                "last_good_other": last.why if last is not None and last.verdict == OTHER
+                else None,
+                "unresolved": [versions[i] for i in found.unresolved],
+                "tried": {versions[i]: v for i, v in found.verdicts.items()
+                          if 0 < i < len(versions) - 1},
+                "found": found.found}
+
+    def flaky(self) -> list[str]:
+        """Every probe whose runs disagreed, with its rate."""
+        return [f"{', '.join(f'{d} {v}' for d, v in sorted(t.assignment.items()))}: {t.why}"
+                for t in self.state.trials.values() if t.verdict == FLAKY]
+
+
+def _reproduces(which: str, night: Any, trial: Trial, tests: list[str]) -> str | None:
+    """Why ``trial`` (a night's rerun) is no reference for that ``night``, or None: every
+    run must end as the night, test for test: the same outcome, a failure with the same
+    signature (a known finding's xfail that night fails on a rerun without the ledger), and
+    never a skip. A test that does so in some runs only is flaky, said with its rate."""
+    problems = []
+    for test in tests:
+        then = night.tests.get(test)
+        if then is None:
+            continue
+        misses = [why for why in (_differs(then, run.tests.get(test, Ending("missing")))
+                                  for run in trial.runs) if why]
+        if not misses:
+            continue
+        runs = len(trial.runs)
+        if len(misses) < runs:
+            problems.append(f"{test} is flaky here: it ends as that night in "
+                            f"{runs - len(misses)} of {runs} runs (else {misses[0]})")
+        else:
+            problems.append(f"{test}: {misses[0]}")
+    if not problems:
+        return None
+    return (f"{which} results do not reproduce here with its versions: "
+            + "; ".join(problems) + " (a flaky test, or what this machine does not share "
+            "with the runner): no release is blamed")
+
+
+def _differs(then: Any, now: Ending) -> str | None:
+    """How a rerun's end differs from the night's, or None."""
+    was = Ending.of(then)
+    if now.outcome in ("skipped", "missing"):
+        return f"{now.outcome} on rerun: a test that does not run is no reference"
+    if then.outcome == "xfailed":  # a known finding that night: the rerun has no ledger
+        return None if now.failing else f"xfailed that night, {now.outcome} on rerun"
+    if was.failing != now.failing or (not was.failing and was.outcome != now.outcome):
+        return f"{then.outcome} that night, {now.outcome} on rerun"
+    if was.failing and was.signature.compare(now.signature) != SAME:
+        return "fails another way on rerun: " + was.signature.differences(now.signature)
+    return None
