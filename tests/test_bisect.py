@@ -259,35 +259,118 @@ def test_a_checkout_s_commits_are_bisected_to_the_first_bad_one(tmp_path: Path) 
     assert all(t["runs"] == [t["verdict"]] * 2 for t in group["trials"]), group["trials"]
 
 
+def _gone(pid: int) -> bool:
+    import os
+    import time
+
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def test_a_trial_past_its_limit_is_a_skip_and_leaves_nothing(tmp_path: Path) -> None:
     """A hung candidate: its trial ends at --trial-timeout as a skip, and what its pytest
-    started (a sleeper) is ended with it."""
-    import os
+    started is ended with it: a sleeper in its session, and a server that left the session
+    (``setsid``, as a forkserver does) holding pytest's output open."""
     import time
 
     from harness.bisect.overlay import Overlays
     from harness.bisect.trial import Runner
 
-    pidfile = tmp_path / "sleeper.pid"
+    pids = tmp_path / "pids"
     (tmp_path / "test_hang.py").write_text(
         "import subprocess, time\n\ndef test_hang():\n"
         "    p = subprocess.Popen(['sleep', '600'])\n"
-        f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "    q = subprocess.Popen(['sleep', '601'], start_new_session=True)\n"
+        f"    open({str(pids)!r}, 'w').write(f'{{p.pid}} {{q.pid}}')\n"
         "    time.sleep(600)\n")
     runner = Runner(["test_hang.py::test_hang"], tmp_path, Overlays(tmp_path / "ov"), {},
                     timeout=8)
+    started = time.monotonic()
     attempt = runner.run({})
     assert (attempt.verdict, attempt.why, attempt.tests, attempt.exitstatus) == (
         SKIP, "timed out after 8 s", {}, None)
-    pid = int(pidfile.read_text())
-    for _ in range(50):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"the trial's sleeper {pid} outlived it")
+    assert time.monotonic() - started < 8 + 2 * 10 + 5  # the limit, then the grace at most
+    for pid in map(int, pids.read_text().split()):
+        assert _gone(pid), f"the trial's process {pid} outlived it"
+
+
+def test_a_descendant_holding_the_output_does_not_hold_the_trial(tmp_path: Path) -> None:
+    """pytest ends, a server it started in its own session lives on with pytest's output
+    open (a forkserver): the trial reads its results at once, never waiting for the
+    server, so it is not taken for a hang."""
+    from harness.bisect.overlay import Overlays
+    from harness.bisect.trial import Runner
+
+    pidfile = tmp_path / "server.pid"
+    (tmp_path / "test_leaves.py").write_text(
+        "import subprocess\n\ndef test_leaves():\n"
+        "    q = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        f"    open({str(pidfile)!r}, 'w').write(str(q.pid))\n")
+    runner = Runner(["test_leaves.py::test_leaves"], tmp_path, Overlays(tmp_path / "ov"), {},
+                    timeout=60)
+    try:
+        attempt = runner.run({})
+        assert attempt.why == "" and attempt.tests["test_leaves.py::test_leaves"].outcome \
+            == "passed", attempt
+    finally:
+        import os
+        import signal
+
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def test_a_reference_that_passes_in_some_runs_only_is_flaky_with_its_rate() -> None:
+    from harness.bisect.driver import _reproduces
+    from harness.bisect.trial import Attempt, Trial
+    from harness.report.load import RunResults, TestResult
+
+    night = RunResults(path="bad.jsonl", runner="a3")
+    night.tests["t"] = TestResult("t", "failed", problems=("the decode rows differ",))
+    fails = Ending("failed", "", ["the decode rows differ"])
+    runs = [Attempt("reference", "", {"t": fails}), Attempt("reference", "",
+                                                            {"t": Ending("passed")})]
+    why = _reproduces("tonight's", night, Trial({}, "reference", "", runs), ["t"])
+    assert why.startswith("tonight's results do not reproduce here with its versions: t is "
+                          "flaky here: it ends as that night in 1 of 2 runs (else failed "
+                          "that night, passed on rerun)"), why
+    assert why.endswith("no release is blamed")
+    # a failure that reads otherwise on rerun is no reference either
+    other = Ending("failed", "", ["the prefill rows differ"])
+    why = _reproduces("tonight's", night, Trial({}, "reference", "", [
+        Attempt("reference", "", {"t": other})]), ["t"])
+    assert "t: fails another way on rerun: says 'the prefill rows differ'" in why, why
+    assert _reproduces("tonight's", night, Trial({}, "reference", "", [
+        Attempt("reference", "", {"t": fails})] * 2), ["t"]) is None
+
+
+# --- a failure's signature -----------------------------------------------------------------
+
+def test_a_signature_masks_versions_where_they_are_versions_and_keeps_figures_banded() -> None:
+    from harness.bisect.signature import DIFFERENT, PARTLY, SAME, Signature, mask
+
+    assert mask("verl 0.7.1 has no AscendHardwareVersion (torch 2.10, vllm==0.9)") == \
+        "verl <version> has no AscendHardwareVersion (torch <version>, vllm==<version>)"
+    # a figure with one dot is a figure, kept by its order of magnitude
+    assert mask("max |diff| 0.0002") != mask("max |diff| 0.5")
+    assert mask("max |diff| 0.0002") == mask("max |diff| 0.0007") == "max |diff| ~1e-4"
+    # the same bug with another ULP count of the same order is the same failure
+    assert mask("42,161 ULP at 0x7f00aa in /tmp/x/y.py") == mask("38,004 ULP at 0x55 in /tmp/z")
+    assert mask("2 ULP") != mask("42161 ULP")
+    a = Signature.of("", ["the decode rows differ", "first divergent op: none found"])
+    b = Signature.of("", ["the prefill rows differ", "first divergent op: none found"])
+    assert a.compare(b) == PARTLY and a.compare(a) == SAME
+    assert a.compare(Signature.of("", ["ModuleNotFoundError: No module named 'x'"])) == \
+        DIFFERENT
+    assert Signature.of("harness", a.lines).compare(a) == PARTLY
+    # a drift that grew declares its figures: another figure grown is another failure
+    grew = Signature.of("drift-grew", ["drift grew"], {"max_ulp": 42161.0})
+    assert grew == Signature.of("drift-grew", ["drift grew"], {"max_ulp": 30000.0})
+    assert grew.compare(Signature.of("drift-grew", ["drift grew"], {"k3_kl": 7e-5})) == PARTLY
 
 
 def test_the_good_night_is_found_where_the_history_files_it(tmp_path: Path) -> None:

@@ -695,3 +695,34 @@ def test_a_new_failure_card_carries_the_bisect_command_or_its_outcome(tmp_path: 
     assert any(str(junk) in p and "not a bisect outcome" in p for p in summary["problems"])
     assert "· bisect: first bad: vllm 0.24.0 (0.23.0 good)" in (out / "summary.md").read_text()
     assert "bisect on a3" in (out / "report.html").read_text()
+
+
+def test_each_failure_group_s_bisect_card_goes_on_its_own_tests(tmp_path: Path) -> None:
+    """bisect.json schema 2: one outcome per distinct failure; each card on its own tests,
+    never one line on every card. A schema 2 file without its groups is said, not shown."""
+    history = tmp_path / "history"
+    good = _write(tmp_path / "good.jsonl", [
+        {**_header("a3", "2026-11-29"), "manifest": _manifest(vllm="0.23.0")},
+        _test("t::a", "passed"), _test("t::b", "passed"), FOOTER])
+    tonight = _write(tmp_path / "tonight.jsonl", [
+        {**_header("a3", "2026-11-30"), "manifest": _manifest(vllm="0.25.0")},
+        _test("t::a", "failed", longrepr="decode rows differ"),
+        _test("t::b", "failed", longrepr="max_ulp grew"), FOOTER])
+    hist.add([good], history)
+    outcome = tmp_path / "bisect.json"
+    outcome.write_text(json.dumps({
+        "schema": 2, "runner": "a3", "tests": ["t::a", "t::b"], "status": "found",
+        "card": "2 distinct failures, one bisect each: ...", "groups": [
+            {"tests": ["t::a"], "card": "first bad: vllm 0.24.0 (0.23.0 good)"},
+            {"tests": ["t::b"], "card": "first bad: vllm 0.25.0 (0.24.0 good)"}]}))
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"schema": 2, "runner": "a3", "tests": ["t::a"],
+                                  "status": "found", "card": "x", "groups": [{"tests": 1}]}))
+    out = tmp_path / "out"
+    assert cli(["report", "render", str(tonight), "--out", str(out), "--history",
+                str(history), "--bisect", str(outcome), str(broken)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    cards = {row["test"]: row["bisect"] for row in summary["new_failures"]}
+    assert cards == {"t::a": "first bad: vllm 0.24.0 (0.23.0 good)",
+                     "t::b": "first bad: vllm 0.25.0 (0.24.0 good)"}
+    assert any(str(broken) in p and "'groups' missing" in p for p in summary["problems"])

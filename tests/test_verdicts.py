@@ -4,6 +4,7 @@ synchronisation fails the check that caused it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -234,3 +235,22 @@ def test_a_full_tmpdir_filesystem_fails_the_check_naming_it(
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
         mount.rmdir()
+
+
+def test_a_failure_s_whole_statement_is_kept_in_the_results(pytester: pytest.Pytester) -> None:
+    """The bisect's signature reads every problem line as the check stated it, including a
+    ``pytrace=False`` message of several bullets, in the parent and under ``--isolate-all``
+    (the text alone would keep one line)."""
+    pytester.makepyfile(test_statement="""
+        import pytest
+
+        def test_rows():
+            pytest.fail("rows differ:\\n- the decode rows differ\\n- first divergent op: none "
+                        "found", pytrace=False)
+    """)
+    for extra in ((), ("--isolate-all",)):
+        pytester.runpytest("-p", "no:cacheprovider", "--harness-results=r.jsonl", *extra)
+        [record] = [json.loads(line) for line in (pytester.path / "r.jsonl").read_text()
+                    .splitlines() if '"type": "test"' in line]
+        assert record["problems"] == ["the decode rows differ",
+                                      "first divergent op: none found"], (extra, record)
