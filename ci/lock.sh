@@ -56,7 +56,7 @@ PIP_CONSTRAINT="$PWD/ci/lock-excludes.txt" PYTHON="$VPY" bash ci/setup.sh --late
 # one back if they fail.
 [ -f ci/constraints.txt ] && cp ci/constraints.txt "$work/previous.txt"
 cp "$work/constraints.txt" ci/constraints.txt
-if [ "$run_tests" = 1 ] && ! "$VPY" -m pytest tests/ -n 2 -p no:cacheprovider -q; then
+if [ "$run_tests" = 1 ] && ! "$VPY" -m pytest tests/ -n 2 --dist loadgroup -p no:cacheprovider -q; then
   if [ -f "$work/previous.txt" ]; then cp "$work/previous.txt" ci/constraints.txt
   else rm -f ci/constraints.txt; fi
   echo "npu-regress lock: the tests failed; ci/constraints.txt left as it was" >&2

@@ -20,12 +20,13 @@ needs_torch = pytest.mark.skipif(
     not __import__("importlib.util").util.find_spec("torch"),
     reason="torch is not installed (the compatibility job's Python 3.10/3.12 have none)")
 
-#: the longest tests (an inner run of every suite, ~19 min under -n 2 here; the engine rows,
-#: ~8 min): each must start at once on its own worker, the short tests filling in around
-#: them, instead of one starting near the end and running alone (measured: 5 min of a
-#: 35-min CI) or both queued on one worker (9 min)
-LONGEST_FIRST = ("tests/test_suites_on_cpu.py::", "tests/test_vllm_engine.py::test_the_engine_rows",
-                 "tests/test_vllm_engine.py::test_the_serving_rows")
+#: tests that use the whole machine themselves (an inner ``pytest suites/ -n 2``; an engine
+#: with 2 OpenMP threads): under ``--dist loadgroup`` (the README's test command) xdist runs
+#: them one after another on one worker, the short tests filling the other. Two of them at
+#: once oversubscribe the 2 cores, and OpenMP's barriers stall: measured, the engine rows 609 s
+#: beside the serving rows against ~3 min alone, and past their 1200 s limit beside the inner
+#: suites run (a red CI)
+WHOLE_MACHINE = ("tests/test_suites_on_cpu.py::", "tests/test_vllm_engine.py::")
 
 
 #: the modules whose tests run whole suites, engines, servers or third-party test suites
@@ -35,6 +36,9 @@ E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_p
        "tests/test_ci.py", "tests/test_bisect_real.py",
        "tests/test_bisect.py::test_a_checkout_s_commits_are_bisected_to_the_first_bad_one",
        "tests/test_bisect.py::test_a_trial_past_its_limit_is_a_skip_and_leaves_nothing",
+       # bisects of a toy package's five constructed releases, a real pytest per trial
+       "tests/test_bisect_signatures.py::test_two_failures_two_bisects_each_to_its_own_release",
+       "tests/test_bisect_signatures.py::test_a_flaky_probe_is_said_with_its_rate_and_nothing_is_blamed",
        # the hardware suite's negative controls: the whole real suite, once per broken rule
        "tests/test_hardware.py::test_suite_catches_a_broken_rule",
        # whole pytest sessions (xdist controller and workers) killed by a signal
@@ -73,23 +77,15 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "them out")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(items: list) -> None:
-    """Mark the ``E2E`` modules' tests ``e2e``. Put the k-th longest test at the head of the k-th worker's first chunk: xdist's load
-    scheduler hands each worker a run of len(items) // workers // 4 consecutive items
-    first (``xdist.scheduler.load.LoadScheduling.schedule``). Timing only: any order runs
-    the same tests."""
-    import os
-
+    """Mark the ``E2E`` modules' tests ``e2e``, and the ``WHOLE_MACHINE`` ones one xdist
+    group. Timing only: any order and any grouping run the same tests."""
     for item in items:
         if item.nodeid.startswith(E2E):
             item.add_marker(pytest.mark.e2e)
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    longest = [item for item in items if item.nodeid.startswith(LONGEST_FIRST)]
-    rest = [item for item in items if not item.nodeid.startswith(LONGEST_FIRST)]
-    chunk = max(len(items) // max(workers, 1) // 4, 2)
-    for k, item in enumerate(longest):
-        rest.insert(min(k * chunk, len(rest)), item)
-    items[:] = rest
+        if item.nodeid.startswith(WHOLE_MACHINE):
+            item.add_marker(pytest.mark.xdist_group("whole-machine"))
 
 
 @pytest.fixture(autouse=True)

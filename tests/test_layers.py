@@ -24,6 +24,8 @@ RANKS = {"": 0, "plugin": 1, "bisect": 1, "invariance": 2, "logprobs": 2, "hardw
          "collectives": 2,
          "isolation": 3, "stack": 4, "drift": 4}
 REPORT = "report"
+#: two packages of one rank that must not import each other
+APART = ("plugin", "bisect")
 #: top-level modules besides the layer packages
 TOP_MODULES = {"__init__.py", "__main__.py", "cli.py"}
 
@@ -110,6 +112,9 @@ def problems(edges: dict[str, set[str]]) -> list[str]:
             elif a != REPORT and b != REPORT and RANKS[a] > RANKS[b]:
                 found.append(f"{where}: an upward import ({a or 'harness'} is below "
                              f"{b or 'harness'})")
+            elif {a, b} == set(APART):
+                found.append(f"{where}: the bisect drives pytest from outside and the "
+                             "pytest face runs inside it: neither imports the other")
     return found
 
 
@@ -147,6 +152,20 @@ def test_there_is_no_import_circle() -> None:
     assert circles(graph()) == []
 
 
+def test_the_bisect_and_the_report_load_no_pytest_plugin() -> None:
+    """Importing the bisect or the report (a command line, a report job) loads nothing of
+    the pytest face: no plugin, no session's exit handler."""
+    import subprocess
+    import sys
+
+    code = ("import sys, harness.bisect.controller, harness.report.render, "
+            "harness.report.bisect_outcomes; "
+            "print(sorted(m for m in sys.modules if m.startswith('harness.plugin')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
 def test_the_top_level_holds_only_the_layer_packages_and_three_modules() -> None:
     top = {p.name for p in PACKAGE.iterdir() if p.suffix == ".py"}
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
@@ -171,6 +190,11 @@ def test_the_guard_names_an_upward_import_and_a_circle() -> None:
         in [loop[-3:] for loop in circles(edges)] or any(
         set(loop) >= {"harness.isolation.reaper", "harness.isolation.run"}
         for loop in circles(edges))
+    edges = graph()
+    edges["harness.bisect.trial"] = edges["harness.bisect.trial"] | {"harness.plugin.verdicts"}
+    assert problems(edges) == ["harness/bisect/trial.py imports harness/plugin/verdicts.py: "
+                               "the bisect drives pytest from outside and the pytest face "
+                               "runs inside it: neither imports the other"]
     edges = graph()
     edges["harness.report.load"] = edges["harness.report.load"] | {"harness.stack.upstream"}
     assert problems(edges) == ["harness/report/load.py imports harness/stack/upstream.py: "

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.isolation.failure_text import failure_lines
 from harness.plugin import verdicts
 from harness.stack.upstream import PROFILE_RECORD_ENV, package_dirs
 
@@ -273,12 +274,12 @@ def test_the_failure_lines_of_an_isolated_childs_exception() -> None:
     exc.__notes__ = ["--- traceback in isolated child (pid 7) ---\nTraceback (most recent "
                      "call last):\n  File \"x.py\", line 1\nTypeError: 'function' object",
                      "then the child was killed by SIGSEGV during exit"]
-    lines = verdicts.failure_lines(None, SimpleNamespace(value=exc))
+    lines = failure_lines(None, SimpleNamespace(value=exc))
     assert lines == ["TypeError: 'function' object is not subscriptable",
                      "then the child was killed by SIGSEGV during exit"]
     text = ("E   AssertionError: header:\nE     - one\nE     events counted: {}\n"
             "E   assert not ['one']\n")
-    assert verdicts.failure_lines(text) == ["one"]
+    assert failure_lines(text) == ["one"]
 
 
 def test_the_built_in_ledger_covers_each_line_of_its_cases() -> None:

@@ -29,6 +29,7 @@ from harness.bisect.overlay import Overlays, installed_versions
 from harness.bisect.search import SKIP
 from harness.bisect.state import State, key, write_outcome
 from harness.bisect.trial import Runner
+from harness.stack.installed import manifest_key
 
 FOUND, NOT_FOUND, UNUSABLE = 0, 2, 3
 
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     sources = _sources(args)
     for dist, (_, good, bad) in sources.items():  # a checkout's package: its commits decide
         endpoints.changes = [c for c in endpoints.changes if c.distribution != dist] + [
-            ends.Change(ends.manifest_key(dist), COMMIT_PREFIX + good, COMMIT_PREFIX + bad)]
+            ends.Change(manifest_key(dist), COMMIT_PREFIX + good, COMMIT_PREFIX + bad)]
     inputs = {"good": _digest(args.good), "bad": _digest(args.bad),
               "tests": endpoints.tests, "pytest_args": args.pytest_arg,
               "pip_options": args.pip_option, "sources": sorted(args.source),

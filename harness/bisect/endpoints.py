@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.plugin.stack_manifest import PACKAGES
 from harness.report.history_folder import latest_night
 from harness.report.load import RunResults, load_any
 from harness.report.manifest_diff import differences
+from harness.stack.installed import distribution
 from harness.stack.sources import PACKAGES as SOURCE_PACKAGES
 
 #: manifest entries a bisect cannot put at another version here, and why
@@ -28,12 +28,6 @@ NOT_REVERTIBLE = {
 
 #: a version naming a commit of a ``--source`` checkout
 COMMIT_PREFIX = "git:"
-
-
-def manifest_key(distribution: str) -> str:
-    """The manifest entry a distribution is recorded under (``vllm-ascend``: ``vllm_ascend``;
-    a profile's other packages under their own names)."""
-    return next((k for k, d in PACKAGES.items() if d == distribution), distribution)
 
 
 class BisectInputError(ValueError):
@@ -54,7 +48,7 @@ class Change:
 
     @property
     def distribution(self) -> str:
-        return PACKAGES.get(self.key, self.key)
+        return distribution(self.key)
 
     @property
     def kind(self) -> str:

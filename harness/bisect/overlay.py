@@ -111,8 +111,8 @@ def installed_versions(python: str) -> dict[str, str | None]:
     """This environment's versions of the manifest's packages, by distribution (read in a
     fresh interpreter, as the manifest reads them): a candidate at one of them needs no
     overlay."""
-    code = ("import json; from harness.plugin.stack_manifest import PACKAGES, read_packages;"
-            "e = read_packages(); print(json.dumps({PACKAGES.get(k, k): v['version'] "
+    code = ("import json; from harness.stack.installed import distribution, read_packages;"
+            "e = read_packages(); print(json.dumps({distribution(k): v['version'] "
             "for k, v in e.items()}))")
     done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
     try:

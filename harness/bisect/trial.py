@@ -27,13 +27,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.endpoints import COMMIT_PREFIX, manifest_key
+from harness.bisect.endpoints import COMMIT_PREFIX
 from harness.bisect.overlay import OverlayError, Overlays
 from harness.bisect.search import BAD, FLAKY, GOOD, OTHER, SKIP
 from harness.bisect.signature import PARTLY, SAME, Signature
+from harness.isolation.failure_text import failure_lines
 from harness.isolation.reaper import descendants, end_session
-from harness.plugin.verdicts import failure_lines
 from harness.report.load import RunResults, TestResult, load_any
+from harness.stack.installed import manifest_key
 
 #: categories that say a failure is ours (the harness, the stand-in), never a release's
 OURS = ("harness", "stand-in-limit")

@@ -11,6 +11,8 @@ import signal as _signal
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.isolation.failure_text import child_traceback_note
+
 #: Outcomes a child run can have. ``returned`` is the only one that yields a value.
 OUTCOMES = ("returned", "raised", "skip", "xfail", "fail", "crashed", "timeout", "error")
 
@@ -144,8 +146,7 @@ class ChildError(IsolationError):
         self.traceback_text = result.traceback
         msg = result.message or "isolated child failed"
         if result.traceback:
-            msg += f"\n--- traceback in isolated child (pid {result.pid}) ---\n"
-            msg += result.traceback.rstrip()
+            msg += "\n" + child_traceback_note(result.pid, result.traceback.rstrip())
         super().__init__(result, msg)
 
 

@@ -36,6 +36,7 @@ import psutil
 
 from harness.isolation import reaper, workdirs
 from harness.isolation.child import ARMED, DISK_ERRNO_OF_EXIT, STACK_SIGNAL
+from harness.isolation.failure_text import child_traceback_note
 from harness.isolation.result import IsolatedResult
 from harness.isolation.server import (  # noqa: F401 - SpawnLauncher, PACKAGE_ROOT: re-exported
     PACKAGE_ROOT,
@@ -255,7 +256,7 @@ def _load_result(workdir: Path, token: str, res: IsolatedResult) -> bool:
             res.value = cloudpickle.loads(data["value"])
         elif kind == "raised":
             exc = cloudpickle.loads(data["exception"])
-            add_note(exc, f"--- traceback in isolated child (pid {res.pid}) ---\n{res.traceback}")
+            add_note(exc, child_traceback_note(res.pid, res.traceback))
             res.exception = exc
     except Exception as exc:  # noqa: BLE001 - a class the parent cannot import, say
         what = "return value" if kind == "returned" else f"exception {res.exc_type}"
