@@ -146,7 +146,7 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
     loras_beside: set[int] = set()
     first_seen: dict[str, int] = {}
     finished_at: dict[str, int] = {}
-    probe_first = probe_last = -1
+    probe_start = probe_end = -1  # the steps the probe first and last ran in
     preemptions = 0
     step = 0
     while pending or engine.has_unfinished_requests():
@@ -171,9 +171,9 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
             first_seen.setdefault(rid, step)
         probe_running = [rid for rid in running if _is(rid, "probe")]
         if probe_running:
-            if probe_first < 0:
-                probe_first = step
-            probe_last = step
+            if probe_start < 0:
+                probe_start = step
+            probe_end = step
             others_now = [rid for rid in running if not _is(rid, "probe")]
             loras_beside.update(_lora_id(r) for r in scheduler.running
                                 if not _is(r.request_id, "probe"))
@@ -196,9 +196,9 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
     logprobs = torch.tensor([entry[tok].logprob for tok, entry in
                              zip(sample.token_ids, sample.logprobs, strict=True)],
                             dtype=torch.float32)
-    joined = sum(1 for rid in seen_with_probe if first_seen.get(rid, -1) > probe_first)
+    joined = sum(1 for rid in seen_with_probe if first_seen.get(rid, -1) > probe_start)
     left = sum(1 for rid, at in finished_at.items()
-               if not _is(rid, "probe") and probe_first <= at < probe_last)
+               if not _is(rid, "probe") and probe_start <= at < probe_end)
     cached = int(result.num_cached_tokens or 0)
     prompt_logprobs, foreign = _prompt_logprobs(list(probe), result.prompt_logprobs, cached)
     return Served(list(sample.token_ids), logprobs, beside, joined, left, cached,
