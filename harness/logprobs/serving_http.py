@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from harness.isolation.reaper import end_tree
 from harness.logprobs.serving import PROBE_LEN, PROBE_STEPS, Served, ServingReport, load
 
 CLIENTS = 12
@@ -102,13 +103,10 @@ class Server:
                            f"{self.cause()}")
 
     def __exit__(self, *_: Any) -> None:
+        """The server and its engine processes (the isolation core's reaper), then reaped."""
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            end_tree(self.proc.pid, grace=30.0)
+        self.proc.wait()
 
     def cause(self) -> str:
         """One line: the server log's root cause (the first exception a process logged,
