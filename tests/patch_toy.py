@@ -1,5 +1,5 @@
 """A small "upstream" (an engine with a wake-up and a spawn entry) and patches of it, one
-written carefully and five broken on purpose: the patch guard's negative controls. The
+written carefully and seven broken on purpose: the patch guard's negative controls. The
 real declared set (verl's GLM-5.2 patches) runs against the real releases in the suite."""
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class Engine:
 KNOWN_MEANING = fingerprints(inspect.getsource(Engine.wake_up)).meaning
 #: what a verl-style patch compares: the whitespace-free text (comments included)
 KNOWN_TEXT = "".join(inspect.getsource(Engine.wake_up).split())
+#: what the strictest patch compares: the source exactly, every space of it
+KNOWN_SOURCE = inspect.getsource(Engine.wake_up)
 
 
 def wake_up_table(wake_up: Any) -> dict[str, str]:
@@ -59,7 +61,7 @@ def _overreaching_wake_up(self: Engine, tags: list[str] | None = None) -> None:
 
 
 def _apply(*, check: str = "meaning", mark: bool = True, reapply_in_entry: bool = True,
-           replacement: Any = None) -> None:
+           replacement: Any = None, install_entry: bool = True) -> None:
     global _original_run_engine
     current = Engine.wake_up
     if mark and getattr(current, MARKER, False):
@@ -69,6 +71,8 @@ def _apply(*, check: str = "meaning", mark: bool = True, reapply_in_entry: bool 
         raise RuntimeError("unknown Engine.wake_up implementation")
     if check == "text" and "".join(source.split()) != KNOWN_TEXT:
         raise RuntimeError("unknown Engine.wake_up implementation (text)")
+    if check == "exact" and source != KNOWN_SOURCE:
+        raise RuntimeError("unknown Engine.wake_up implementation (exact source)")
 
     def wake_up(self: Engine, tags: list[str] | None = None) -> Any:
         return (replacement or _patched_wake_up)(self, tags)
@@ -76,6 +80,8 @@ def _apply(*, check: str = "meaning", mark: bool = True, reapply_in_entry: bool 
     if mark:
         setattr(wake_up, MARKER, True)
     Engine.wake_up = wake_up  # type: ignore[method-assign]
+    if not install_entry:
+        return
     entry = _entry if reapply_in_entry else _entry_without_reapply
     if Engine.run_engine is not entry:
         _original_run_engine = Engine.run_engine
@@ -117,6 +123,27 @@ def apply_with_text_fingerprint() -> None:
 
 def apply_overreaching() -> None:
     _apply(replacement=_overreaching_wake_up)
+
+
+def apply_with_exact_source() -> None:
+    """Compares the target's source exactly: a reformatted upstream fails start-up."""
+    _apply(check="exact")
+
+
+def apply_wrapping_its_entry_again() -> None:
+    """Its wake-up is marked and left alone on a second apply, but every apply wraps the
+    spawn entry once more: an engine started after two applies re-applies twice."""
+    global _original_run_engine
+    if _original_run_engine is None:
+        _original_run_engine = Engine.run_engine
+    inner = Engine.run_engine
+
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        apply_careful()
+        return inner(*args, **kwargs)
+
+    Engine.run_engine = staticmethod(entry)  # type: ignore[method-assign]
+    _apply(install_entry=False)
 
 
 #: the cases where the fix is meant to change behaviour: a wake-up that is not full

@@ -60,3 +60,13 @@ def test_the_standin_answers_native_namespaces_in_annotations() -> None:
 
     said = harness.run_isolated(probe).value
     assert "torch_npu._C._NPUTaskGroupHandle is native torch_npu code" in said
+
+
+def test_the_target_option_names_every_built_in_target(pytester: pytest.Pytester) -> None:
+    """``--bi-target``'s help lists the targets the registry builds, all of them."""
+    from harness.invariance import BUILTIN_TARGETS, _builtin
+
+    assert tuple(_builtin()) == BUILTIN_TARGETS
+    text = " ".join(" ".join(pytester.runpytest("--help").stdout.lines).split())
+    option = text[text.index("--bi-target=NAME"):].split(" --", 1)[0]
+    assert f"(repeatable): {', '.join(BUILTIN_TARGETS)}, or one added" in option, option

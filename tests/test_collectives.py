@@ -38,7 +38,7 @@ def _reading(collective: str, world: int) -> properties.Reading:
 def test_order_varying_control_fails_naming_collective_and_size() -> None:
     reading = _reading("order_varying_all_reduce", 4)
     assert expected.vacuous(reading, "gloo") is None
-    outcome, message, _ = expected.judge_sizes(reading, expected.Expectation("equal", "claimed"))
+    outcome, message, _ = expected.judge_sizes(reading, expected.CollectiveExpectation("equal", "claimed"))
     assert outcome == "fail"
     assert "order_varying_all_reduce float32, a 2-row message, row 0: differs from the row " \
            "alone in a 1-row message" in message
@@ -68,7 +68,7 @@ def test_two_ranks_cannot_show_order_and_are_vacuous() -> None:
 def test_a_difference_the_table_says_is_there_but_is_not_fails() -> None:
     reading = _reading("fixed_order_all_reduce", 4)
     outcome, message, _ = expected.judge_sizes(reading,
-                                               expected.Expectation("differ", "measured"))
+                                               expected.CollectiveExpectation("differ", "measured"))
     assert outcome == "fail" and "out of date" in message
 
 

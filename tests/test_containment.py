@@ -114,3 +114,26 @@ def test_a_killed_session_leaves_nothing(tmp_path: Path, method: str, target: st
         proc.wait()
         kill_left(everything)  # what this test started and a failure left: ours to end
     assert left == [], f"survived {target} of pytest ({method}): {left}"
+
+
+def test_end_tree_ends_a_process_and_what_it_started() -> None:
+    """A rank or a server is no session leader: ``end_tree`` ends it and its descendants,
+    one that ignores SIGTERM included (SIGKILL after the grace)."""
+    import subprocess
+    import sys
+
+    from harness.isolation.reaper import end_tree
+    from tests.process_checks import assert_gone
+
+    code = ("import signal, subprocess, sys, time\n"
+            "c = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); "
+            "time.sleep(600)'], stdout=subprocess.PIPE)\n"
+            "c.stdout.readline()\n"
+            "print(c.pid, flush=True)\n"
+            "time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    end_tree(parent.pid, grace=1.0)
+    assert parent.wait(10) is not None
+    assert_gone([child])

@@ -26,6 +26,11 @@ RANKS = {"": 0, "plugin": 1, "bisect": 1, "invariance": 2, "logprobs": 2, "hardw
 REPORT = "report"
 #: two packages of one rank that must not import each other
 APART = ("plugin", "bisect")
+#: the check families: none imports a sibling, but for what every family shares with the
+#: switch family (``SWITCH_SHARED``): the targets' registry (how each release's switch is
+#: turned, ``get_target``) and the CPU stand-in for torch_npu's native ops
+FAMILIES = ("invariance", "logprobs", "hardware", "patches", "collectives")
+SWITCH_SHARED = ("harness.invariance", "harness.invariance.standin")
 #: top-level modules besides the layer packages
 TOP_MODULES = {"__init__.py", "__main__.py", "cli.py"}
 
@@ -112,6 +117,10 @@ def problems(edges: dict[str, set[str]]) -> list[str]:
             elif a != REPORT and b != REPORT and RANKS[a] > RANKS[b]:
                 found.append(f"{where}: an upward import ({a or 'harness'} is below "
                              f"{b or 'harness'})")
+            elif a in FAMILIES and b in FAMILIES and a != b \
+                    and not (b == "invariance" and target in SWITCH_SHARED):
+                found.append(f"{where}: a family imports a sibling family (the families "
+                             f"share only {', '.join(SWITCH_SHARED)})")
             elif {a, b} == set(APART):
                 found.append(f"{where}: the bisect drives pytest from outside and the "
                              "pytest face runs inside it: neither imports the other")
@@ -190,6 +199,13 @@ def test_the_guard_names_an_upward_import_and_a_circle() -> None:
         in [loop[-3:] for loop in circles(edges)] or any(
         set(loop) >= {"harness.isolation.reaper", "harness.isolation.run"}
         for loop in circles(edges))
+    edges = graph()
+    edges["harness.logprobs.cases"] = edges["harness.logprobs.cases"] | {
+        "harness.collectives.case", "harness.invariance.adapters"}
+    assert problems(edges) == [
+        f"harness/logprobs/cases.py imports harness/{m}.py: a family imports a sibling "
+        "family (the families share only harness.invariance, harness.invariance.standin)"
+        for m in ("collectives/case", "invariance/adapters")]
     edges = graph()
     edges["harness.bisect.trial"] = edges["harness.bisect.trial"] | {"harness.plugin.verdicts"}
     assert problems(edges) == ["harness/bisect/trial.py imports harness/plugin/verdicts.py: "

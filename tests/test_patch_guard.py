@@ -58,6 +58,15 @@ def test_a_patch_without_a_marker_fails_idempotence() -> None:
         f"a second apply replaced {WAKE_UP} again"), problems
 
 
+def test_a_second_apply_that_wraps_the_spawn_entry_again_fails_idempotence() -> None:
+    """The wake-up is marked and kept, the spawn entry (not a target) is wrapped again: the
+    check covers the entry as well as the targets."""
+    patch = declared("apply_wrapping_its_entry_again")
+    problems = checks.judge_idempotent(patch, _run(checks.check_idempotent, patch))
+    assert len(problems) == 1 and problems[0].startswith(
+        "a second apply replaced tests.patch_toy:Engine.run_engine again"), problems
+
+
 def test_a_spawn_entry_that_does_not_reapply_fails_propagation() -> None:
     patch = declared("apply_without_reapply_in_entry")
     assert checks.judge_propagates(patch, _run(checks.check_propagates, patch)) == [
@@ -85,6 +94,17 @@ def test_a_text_fingerprint_passes_whitespace_and_rejects_comments() -> None:
         f"a comments-only change of {WAKE_UP} made tests.patch_toy:apply_with_text_fingerprint "
         "raise (RuntimeError: unknown Engine.wake_up implementation (text)): its fingerprint "
         "rejects comments changes, so a reformatted upstream fails start-up"]
+
+
+def test_an_exact_source_fingerprint_fails_on_whitespace() -> None:
+    """A whitespace-only change that makes the apply raise is a problem, never harmless."""
+    patch = declared("apply_with_exact_source")
+    whitespace = _run(checks.check_drift, patch, WAKE_UP, "whitespace")
+    assert whitespace["measured"] == "whitespace"
+    assert checks.judge_drift(patch, WAKE_UP, whitespace) == [
+        f"a whitespace-only change of {WAKE_UP} made tests.patch_toy:apply_with_exact_source "
+        "raise (RuntimeError: unknown Engine.wake_up implementation (exact source)): its "
+        "fingerprint rejects whitespace changes, so a reformatted upstream fails start-up"]
 
 
 def test_a_patch_that_changes_more_than_it_means_fails_behaviour() -> None:

@@ -254,3 +254,52 @@ def test_a_failure_s_whole_statement_is_kept_in_the_results(pytester: pytest.Pyt
                     .splitlines() if '"type": "test"' in line]
         assert record["problems"] == ["the decode rows differ",
                                       "first divergent op: none found"], (extra, record)
+
+
+def test_the_readme_lists_the_categories_the_results_file_holds() -> None:
+    """One list: the README's, the schema's, and every category the harness sets."""
+    import re
+
+    from harness.report.schema import CATEGORIES
+
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    listed = readme.split("A failure's `category` is one of: ", 1)[1].split(" (no category", 1)[0]
+    assert tuple(re.findall(r"`([a-z-]+)`", listed)) == CATEGORIES
+    import inspect
+
+    from harness.plugin import results, verdicts
+
+    code = inspect.getsource(verdicts)
+    set_here = set(re.findall(r'_set\(report, "([a-z-]+)"', code)) | set(
+        re.findall(r'return "([a-z-]+)", ', code)) | set(
+        re.findall(r'return "([a-z-]+)"', inspect.getsource(results._category)))
+    assert set_here and set_here <= set(CATEGORIES), set_here - set(CATEGORIES)
+    assert {"vacuous", "not-comparable", "harness", "drift-grew"} <= set_here
+
+
+def test_a_vacuous_or_not_comparable_failure_is_filed_as_such(pytester: pytest.Pytester
+                                                              ) -> None:
+    """Never a pass and never a release finding: the results file says which."""
+    pytester.makepyfile(test_unproven="""
+        import pytest
+
+        def test_two_ranks(record_property):
+            record_property("vacuous", "2 gloo ranks cannot show summation order")
+            pytest.fail("vacuous: 2 gloo ranks cannot show summation order", pytrace=False)
+
+        def test_other_weights(record_property):
+            record_property("logprob_report", {"not_comparable": ["another checkpoint"]})
+            pytest.fail("not comparable: another checkpoint", pytrace=False)
+
+        def test_flat(record_property):
+            record_property("logprob_report", {"vacuous": "all logprobs within 1e-9"})
+            pytest.fail("vacuous input", pytrace=False)
+    """)
+    pytester.runpytest("-p", "no:cacheprovider", "--harness-results=r.jsonl")
+    records = {r["id"].split("::")[1]: r for r in map(json.loads, (
+        pytester.path / "r.jsonl").read_text().splitlines()) if r["type"] == "test"}
+    assert {k: r["category"] for k, r in records.items()} == {
+        "test_two_ranks": "vacuous", "test_other_weights": "not-comparable",
+        "test_flat": "vacuous"}
+    assert records["test_other_weights"]["verdict"]["reason"] == \
+        "not comparable: another checkpoint"

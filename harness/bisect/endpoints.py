@@ -12,7 +12,7 @@ from harness.report.history_folder import latest_night
 from harness.report.load import RunResults, load_any
 from harness.report.manifest_diff import differences
 from harness.stack.installed import distribution
-from harness.stack.sources import PACKAGES as SOURCE_PACKAGES
+from harness.stack.sources import SOURCE_PACKAGES
 
 #: manifest entries a bisect cannot put at another version here, and why
 NOT_REVERTIBLE = {

@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bisect.endpoints import COMMIT_PREFIX
-from harness.stack.sources import PACKAGES as SOURCE_PACKAGES
-from harness.stack.sources import SourcesError, soc_version, unpack, write_build_info
+from harness.stack.sources import (
+    SOURCE_PACKAGES,
+    SourcesError,
+    soc_version,
+    unpack,
+    write_build_info,
+)
 
 
 class OverlayError(RuntimeError):

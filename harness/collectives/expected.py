@@ -29,7 +29,7 @@ def table() -> Table:
 
 
 @dataclass(frozen=True)
-class Expectation:
+class CollectiveExpectation:
     """``sizes``: "equal" (must hold), "differ" (must differ: a known property or the negative
     control) or "record" (no claim: measured and reported). ``measured``: per dtype, the
     data file's envelope of a measured row (None: none)."""
@@ -41,32 +41,39 @@ class Expectation:
     key: tuple[str, ...] = ()
 
 
-def expect(backend: str, collective: str, settings: str, world: int = 4) -> Expectation:
+def expect(backend: str, collective: str, settings: str, world: int = 4
+           ) -> CollectiveExpectation:
     if collective == "order_varying_all_reduce":
-        return Expectation("differ", "the negative control: ranks summed in an order that "
-                           "rotates with the message size")
+        return CollectiveExpectation(
+            "differ", "the negative control: ranks summed in an order that rotates with the "
+            "message size")
     if collective in ("fixed_order_all_reduce", "all_gather"):
-        return Expectation("equal", f"{collective} fixes every element's order (or moves bits "
-                           "only), whatever the backend")
+        return CollectiveExpectation(
+            "equal", f"{collective} fixes every element's order (or moves bits only), "
+            "whatever the backend")
     rows = {key[3]: row for key, row in table().rows.items()
             if key[:2] == (collective, backend)}
     if backend == "gloo" and rows:
         if world != 4:
-            return Expectation("record", f"gloo on {world} ranks: not measured (the table "
-                               "holds 4 ranks); recorded")
+            return CollectiveExpectation(
+                "record", f"gloo on {world} ranks: not measured (the table holds 4 ranks); "
+                "recorded")
         ours = {d: r for d, r in rows.items() if r.key[2] == str(world)}
         first = next(iter(ours.values()))
-        return Expectation(first.outcome, first.evidence,
-                           {d: r.envelope for d, r in ours.items()},
-                           (collective, backend, str(world)))
+        return CollectiveExpectation(first.outcome, first.evidence,
+                                     {d: r.envelope for d, r in ours.items()},
+                                     (collective, backend, str(world)))
     if settings == "switch":
-        return Expectation("equal", f"{backend} with the switch's collective settings: the "
-                           "switch promises batch-invariant collectives")
-    return Expectation("record", f"{backend} without the switch's settings: no claim (the "
-                       "inverse control, recorded)")
+        return CollectiveExpectation(
+            "equal", f"{backend} with the switch's collective settings: the switch promises "
+            "batch-invariant collectives")
+    return CollectiveExpectation(
+        "record", f"{backend} without the switch's settings: no claim (the inverse control, "
+        "recorded)")
 
 
-def judge_sizes(reading: Any, expectation: Expectation) -> tuple[str, str, list[dict[str, Any]]]:
+def judge_sizes(reading: Any, expectation: CollectiveExpectation
+                ) -> tuple[str, str, list[dict[str, Any]]]:
     """The size property's outcome ("pass", "fail", "xfail" or "record"), its message, and a
     drift record per dtype of a measured row, from a ``properties.Reading`` (vacuity is
     judged before: see ``vacuous``)."""
@@ -102,7 +109,7 @@ def judge_sizes(reading: Any, expectation: Expectation) -> tuple[str, str, list[
     return ("record" if expectation.sizes == "record" else "pass"), rows, drift
 
 
-def _record(reading: Any, expectation: Expectation, dtype: str) -> dict[str, Any]:
+def _record(reading: Any, expectation: CollectiveExpectation, dtype: str) -> dict[str, Any]:
     """One dtype's drift record: its figures against its row's envelope."""
     figures = reading.figures(dtype)
     envelope = expectation.measured.get(dtype)

@@ -60,7 +60,7 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
 
 
 @dataclass
-class Mismatch:
+class CollectiveMismatch:
     """One difference: which property, where, and how much."""
 
     prop: str
@@ -92,11 +92,11 @@ class Reading:
     world: int
     sizes: tuple[int, ...]
     dtypes: tuple[str, ...]
-    mismatches: list[Mismatch] = field(default_factory=list)
+    mismatches: list[CollectiveMismatch] = field(default_factory=list)
     #: dtype -> whether the inputs can show summation order on this many ranks
     order_shows: dict[str, bool] = field(default_factory=dict)
 
-    def of(self, prop: str, dtype: str | None = None) -> list[Mismatch]:
+    def of(self, prop: str, dtype: str | None = None) -> list[CollectiveMismatch]:
         return [m for m in self.mismatches
                 if m.prop == prop and (dtype is None or m.dtype == dtype)]
 
@@ -132,31 +132,32 @@ def read(collective: str, world: int, values: list[dict[str, Any]], sizes: tuple
         for n in sizes:
             got = first["sizes"][n]
             for p in got["repeat"]:
-                reading.mismatches.append(Mismatch("repeat", dtype, n, p, ""))
+                reading.mismatches.append(CollectiveMismatch("repeat", dtype, n, p, ""))
             for p, row in got["rows"].items():
                 alone = first["alone"][p]
                 if not _same(row, alone):
                     size = compare_bits(alone, row) or (0, float("inf"), -1, 1)
-                    reading.mismatches.append(Mismatch("sizes", dtype, n, p, _diff(row, alone),
-                                                       ulp=size[2], max_abs=size[1]))
+                    reading.mismatches.append(CollectiveMismatch(
+                        "sizes", dtype, n, p, _diff(row, alone), ulp=size[2],
+                        max_abs=size[1]))
             if collective == "all_gather":
                 reading.mismatches.extend(_gather_exact(got["rows"], world, dtype, n, seed))
             elif collective != "reduce_scatter":  # each rank holds its own shard there
                 for rank, other in enumerate(values[1:], start=1):
                     for p, row in other[dtype]["sizes"][n]["rows"].items():
                         if not _same(row, got["rows"][p]):
-                            reading.mismatches.append(Mismatch(
+                            reading.mismatches.append(CollectiveMismatch(
                                 "ranks", dtype, n, p, _diff(row, got["rows"][p]), rank))
     return reading
 
 
 def _gather_exact(rows: dict[int, torch.Tensor], world: int, dtype: str, n: int, seed: int
-                  ) -> list[Mismatch]:
+                  ) -> list[CollectiveMismatch]:
     found = []
     for rank in range(world):
         expected = inputs.block(rank, 0, dtype, seed)
         for p, gathered in rows.items():
             if not _same(gathered[rank], expected[p]):
-                found.append(Mismatch("exact", dtype, n, p, _diff(gathered[rank], expected[p]),
-                                      rank))
+                found.append(CollectiveMismatch("exact", dtype, n, p,
+                                                _diff(gathered[rank], expected[p]), rank))
     return found

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.isolation.child import STACK_SIGNAL
+from harness.isolation.reaper import end_tree
 from harness.isolation.result import signal_name
 
 #: the process-group backend of each device kind
@@ -172,18 +173,13 @@ def _odd_one(stacks: dict[int, str]) -> int | None:
 
 
 def _end(procs: list[Any]) -> None:
-    """Every rank ends here, whatever happened: TERM, then KILL, then reaped."""
+    """Every rank ends here, whatever happened, with whatever it started (the isolation
+    core's reaper: TERM, then KILL), then reaped."""
     for proc in procs:
-        if proc.exitcode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-    deadline = time.monotonic() + 2.0
+        if proc.exitcode is None and proc.pid is not None:
+            end_tree(proc.pid, grace=2.0)
     for proc in procs:
-        proc.join(max(0.0, deadline - time.monotonic()))
-        if proc.exitcode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.join(5.0)
+        proc.join(5.0)
 
 
 def _failure(procs: list[Any], folder: Path, first: int, backend: str) -> RankError:

@@ -45,6 +45,11 @@ def _builtin() -> dict[str, Callable[[], InvarianceTarget]]:
             "verl": VerlTarget, "sglang": SglangTarget}
 
 
+#: the built-in targets' names, in the order they are checked (the options' help lists them
+#: without importing the adapters)
+BUILTIN_TARGETS = ("reference", "vllm_ascend", "vllm", "verl", "sglang")
+
+
 def registry() -> dict[str, Callable[[], InvarianceTarget]]:
     """Built-in targets, then those of installed plugins (entry points)."""
     found = _builtin()

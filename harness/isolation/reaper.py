@@ -94,6 +94,26 @@ def end_session(sid: int, extra: list[psutil.Process] | None = None,
     return status
 
 
+def end_tree(pid: int, grace: float = TERM_GRACE_S) -> None:
+    """End a process that does not lead a session of its own (a rank, a server) and every
+    descendant it has: SIGTERM to all, ``grace`` seconds, then SIGKILL. Its own ``wait`` is
+    the caller's (a Popen or a multiprocessing Process reaps its own child)."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return
+    procs = [root, *descendants(pid)]
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    late = [p for p in descendants(pid) if p not in procs]  # forked while we signalled
+    for proc in [*alive, *late]:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs([*alive, *late], timeout=grace)
+
+
 def _status(code: int | None) -> int | None:
     return None if code is None else int(code)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.logprobs.bits import compare_bits
+from harness.stack.dispatch import observe
 
 #: bytes of output tensors kept per pass for the ULP figure (digests are always kept)
 TENSOR_BUDGET = 256 * 2 ** 20
@@ -110,9 +111,9 @@ def _written(func: Any, args: Any, kwargs: dict[str, Any]) -> list[Any]:
 
 
 def record(fn: Callable[[], Any]) -> tuple[Any, Recording]:
-    """``fn()`` under the recorder: its result and the recording."""
+    """``fn()`` under the recorder (``harness.stack.dispatch.observe``): its result and
+    the recording."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
     rec = Recording()
@@ -125,46 +126,42 @@ def record(fn: Callable[[], Any]) -> tuple[Any, Recording]:
         except (RuntimeError, NotImplementedError):
             return None
 
-    class _Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                               kwargs: Any = None) -> Any:
-            if rec.truncated:
-                return func(*args, **(kwargs or {}))
-            read = frozenset().union(*(origin.get(storage(t), frozenset()) for t in
-                                       tree_leaves((args, kwargs))
-                                       if isinstance(t, torch.Tensor)))
-            out = func(*args, **(kwargs or {}))
-            if _base(func.name()) in SKIP:  # a view or a copy: the same origin
-                for t in tree_leaves(out):
-                    if isinstance(t, torch.Tensor):
-                        origin[storage(t)] = read
-                return out
-            name = _op_name(func)
-            leaves = tree_leaves(out)
-            returned = {id(t) for t in leaves}
-            leaves += [t for t in _written(func, args, kwargs or {}) if id(t) not in returned]
-            for t in leaves:
+    def note(func: Any, args: Any, kwargs: dict[str, Any], run: Callable[[], Any]) -> Any:
+        if rec.truncated:
+            return run()
+        read = frozenset().union(*(origin.get(storage(t), frozenset()) for t in
+                                   tree_leaves((args, kwargs))
+                                   if isinstance(t, torch.Tensor)))
+        out = run()
+        if _base(func.name()) in SKIP:  # a view or a copy: the same origin
+            for t in tree_leaves(out):
                 if isinstance(t, torch.Tensor):
-                    origin[storage(t)] = frozenset()
-                if not isinstance(t, torch.Tensor) or not t.is_floating_point() \
-                        or t.numel() == 0:
-                    continue
-                if len(rec.calls) >= MAX_CALLS:
-                    rec.truncated = True
-                    break
-                call = Call(name, len(rec.calls), tuple(t.shape), str(t.dtype).removeprefix(
-                    "torch."), _row_digests(t), inputs=read)
-                origin[storage(t)] = frozenset((call.index,))
-                size = t.numel() * t.element_size()
-                if rec.kept_bytes + size <= TENSOR_BUDGET:
-                    call.tensor = t.detach().cpu().clone()
-                    rec.kept_bytes += size
-                rec.calls.append(call)
+                    origin[storage(t)] = read
             return out
+        name = _op_name(func)
+        leaves = tree_leaves(out)
+        returned = {id(t) for t in leaves}
+        leaves += [t for t in _written(func, args, kwargs) if id(t) not in returned]
+        for t in leaves:
+            if isinstance(t, torch.Tensor):
+                origin[storage(t)] = frozenset()
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point() \
+                    or t.numel() == 0:
+                continue
+            if len(rec.calls) >= MAX_CALLS:
+                rec.truncated = True
+                break
+            call = Call(name, len(rec.calls), tuple(t.shape), str(t.dtype).removeprefix(
+                "torch."), _row_digests(t), inputs=read)
+            origin[storage(t)] = frozenset((call.index,))
+            size = t.numel() * t.element_size()
+            if rec.kept_bytes + size <= TENSOR_BUDGET:
+                call.tensor = t.detach().cpu().clone()
+                rec.kept_bytes += size
+            rec.calls.append(call)
+        return out
 
-    with _Recorder():
-        result = fn()
-    return result, rec
+    return observe(fn, note), rec
 
 
 def _find_block(needle: list[bytes], hay: list[bytes]) -> int | None:

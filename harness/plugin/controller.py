@@ -1,7 +1,8 @@
 """What the controlling pytest process does for the whole run (the xdist controller, or the
-one process without xdist): hand the detected device to xdist's workers instead of probing
-N times, read the stack manifest once, open the results file, start the forkserver for
-``--isolate-all`` while collection runs, and write the report header."""
+one process without xdist), registered there only, as xdist registers its ``DSession``: hand
+the detected device to xdist's workers instead of probing N times, read the stack manifest
+once, open the results file, and write the report header. What every process that runs
+tests does is ``harness.plugin.runner``."""
 
 from __future__ import annotations
 
@@ -16,24 +17,18 @@ from harness.plugin.session import SESSION_KEY, HarnessSession
 from harness.report.manifest_diff import shown
 
 
+def runs_tests(config: pytest.Config) -> bool:
+    """This process runs tests itself: an xdist worker, or the one process without xdist
+    (``-n 0`` included); the xdist controller runs none."""
+    return hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     # after conftests' pytest_configure (suites/conftest.py sets the results default)
     harness_session = session.config.stash[SESSION_KEY]
     _record_manifest(session.config, harness_session)
     _register_results(session.config, harness_session)
-    xdist_controller = bool(getattr(session.config.option, "numprocesses", None)) and \
-        not hasattr(session.config, "workerinput")  # runs no test itself
-    if session.config.getoption("harness_isolate_all") and not xdist_controller and \
-            harness_session.method in ("auto", "forkserver"):
-        # its start overlaps collection; after collection it imports the collected test
-        # modules (``harness.plugin.preload``), and torch only when they or a run_on_npu
-        # test need it
-        if not harness_session.preload_explicit:
-            from harness.plugin.preload import BASE_PRELOAD
-
-            harness_session.preload = BASE_PRELOAD
-        harness_session.prestart()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -48,8 +43,6 @@ def pytest_configure_node(node: Any) -> None:
 def _record_manifest(config: pytest.Config, session: HarnessSession) -> None:
     """The stack manifest, where a report will read it: the results header and the JUnit
     XML's global properties (``stack.<name>``). Read once, by the controller."""
-    if hasattr(config, "workerinput"):
-        return
     xml = pytest_private.junit_xml(config)
     if not options.option(config, "harness_results") and xml is None:
         return
@@ -61,7 +54,7 @@ def _record_manifest(config: pytest.Config, session: HarnessSession) -> None:
 
 def _register_results(config: pytest.Config, session: HarnessSession) -> None:
     path = options.option(config, "harness_results")
-    if not path or hasattr(config, "workerinput"):  # the xdist controller writes
+    if not path:
         return
     target = Path(path)
     if not target.is_absolute():

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from harness.invariance import BUILTIN_TARGETS
 from harness.isolation.server import DEFAULT_PRELOAD
 from harness.stack.devices import KINDS
 
@@ -49,9 +50,10 @@ def add_options(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--bi-target", dest="bi_targets", action="append", default=None, metavar="NAME",
-        help="batch-invariance target to check (repeatable): reference, vllm_ascend, vllm, or "
-        "one added through the npu_regress.invariance_targets entry points. Default: every "
-        "known target; those that cannot run here skip with the reason.",
+        help="batch-invariance target to check (repeatable): "
+        f"{', '.join(BUILTIN_TARGETS)}, or one added through the "
+        "npu_regress.invariance_targets entry points. Default: every known target; those "
+        "that cannot run here skip with the reason.",
     )
     group.addoption(
         "--harness-results", dest="harness_results", default=None, metavar="PATH",

@@ -32,7 +32,9 @@ RUNNER_ENV = "HARNESS_RUNNER"
 TEXT_TAIL = 4000
 #: test ids per "collected" line
 COLLECTED_CHUNK = 1000
-PACKAGES = ("npu-regress", "torch", "torch_npu", "vllm", "vllm_ascend", "verl", "pytest")
+#: the packages whose versions the header names (the full list, with where each was read, is
+#: the stack manifest's)
+HEADER_PACKAGES = ("npu-regress", "torch", "torch_npu", "vllm", "vllm_ascend", "verl", "pytest")
 
 
 def _now() -> str:
@@ -176,7 +178,7 @@ class ResultsWriter:
             type=schema.HEADER, schema=schema.SCHEMA, runner=runner, host=socket.gethostname(),
             platform=platform.platform(), python=platform.python_version(),
             cpu=devices.cpu_model(),
-            packages={name: version(name) for name in PACKAGES},
+            packages={name: version(name) for name in HEADER_PACKAGES},
             git_commit=git_commit(Path(str(config.rootpath))), start=_now(),
             device=session.device.to_dict(),
             hardware=session.npu.to_dict() if session.npu else None,

@@ -280,6 +280,8 @@ class Verdicts:
         elif not pairing.get("supported", True):
             self._set(report, "unsupported-stack",
                       "on an unsupported stack: " + "; ".join(pairing.get("problems", [])))
+        elif unproven := _unproven(report):
+            self._set(report, *unproven)
         else:
             grew = [f"{'/'.join(map(str, (r.get('key') or {}).values()))}: "
                     f"{', '.join(r.get('grew') or [])}"
@@ -291,6 +293,22 @@ class Verdicts:
     @staticmethod
     def _set(report: pytest.TestReport, category: str, reason: str) -> None:
         report.user_properties.append(("verdict", {"category": category, "reason": reason}))
+
+
+def _unproven(report: pytest.TestReport) -> tuple[str, str] | None:
+    """("vacuous", why) when the condition the property needs did not happen (the check's
+    ``vacuous`` property, or its logprob report's), ("not-comparable", why) when the two
+    sides ran other weights or tokens: never a pass, never a finding."""
+    props = dict(report.user_properties)
+    found = props.get("logprob_report")
+    found = found if isinstance(found, dict) else {}
+    vacuous = props.get("vacuous") or found.get("vacuous")
+    if vacuous:
+        return "vacuous", f"vacuous: {vacuous}"
+    if found.get("not_comparable"):
+        return "not-comparable", "not comparable: " + "; ".join(map(str,
+                                                                     found["not_comparable"]))
+    return None
 
 
 def stack_facts() -> dict[str, Any]:

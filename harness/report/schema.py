@@ -68,6 +68,13 @@ class Child(TypedDict, total=False):
     notes: list[str]
 
 
+#: a test line's ``category``: whose problem a failure (or an expected failure) is. The
+#: README's verdict table lists the same ids (tests/test_verdicts.py keeps the two equal)
+CATEGORIES = ("release-finding", "drift-grew", "known-finding", "fixed-upstream",
+              "upstream-drift", "vacuous", "not-comparable", "unsupported-stack",
+              "forward-compat", "harness", "stand-in-limit")
+
+
 class Test(TypedDict, total=False):
     type: str
     id: str
@@ -81,8 +88,7 @@ class Test(TypedDict, total=False):
     logprob_report: Any
     dispatcher_footprint: dict[str, list[str]] | None
     patch_guard: Any
-    #: the cause before the verdict: release-finding, known-finding, harness,
-    #: stand-in-limit, upstream-drift, unsupported-stack, forward-compat...
+    #: the cause before the verdict: one of ``CATEGORIES``
     category: str | None
     verdict: dict[str, str] | None
     release_finding: Any

@@ -156,6 +156,25 @@ def footprint(before: Mapping[str, frozenset[str]],
     return changed
 
 
+def observe(fn: Callable[[], Any],
+            around: Callable[[Any, tuple[Any, ...], dict[str, Any], Callable[[], Any]], Any]
+            ) -> Any:
+    """``fn()`` with every aten call it dispatches handed to ``around(func, args, kwargs,
+    run)``, which calls ``run()`` (the op itself) and returns its result: the one dispatch
+    recorder of the harness (a ``TorchDispatchMode``), for the op counts and the divergence
+    locator alike."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            return around(func, args, kwargs, lambda: func(*args, **kwargs))
+
+    with _Recorder():
+        return fn()
+
+
 def ops_run(fn: Callable[[], Any], *, floating_only: bool = False
             ) -> tuple[Any, Counter[str]]:
     """``fn()``'s result and every aten operator (overload) it dispatched, counted: the ops
@@ -164,20 +183,14 @@ def ops_run(fn: Callable[[], Any], *, floating_only: bool = False
     ``floating_only``: count only calls with a floating-point tensor among the inputs
     (integer index arithmetic cannot make logprobs batch-variant)."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
     seen: Counter[str] = Counter()
 
-    class _Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                               kwargs: Any = None) -> Any:
-            if not floating_only or any(
-                    isinstance(t, torch.Tensor) and t.is_floating_point()
-                    for t in tree_leaves((args, kwargs or {}))):
-                seen[str(func.name())] += 1
-            return func(*args, **(kwargs or {}))
+    def count(func: Any, args: Any, kwargs: dict[str, Any], run: Callable[[], Any]) -> Any:
+        if not floating_only or any(isinstance(t, torch.Tensor) and t.is_floating_point()
+                                    for t in tree_leaves((args, kwargs))):
+            seen[str(func.name())] += 1
+        return run()
 
-    with _Recorder():
-        result = fn()
-    return result, seen
+    return observe(fn, count), seen

@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 #: distributions taken as sources, and the top-level package each contributes
-PACKAGES = {"vllm-ascend": "vllm_ascend", "sglang": "sglang", "torch-npu": "torch_npu"}
+SOURCE_PACKAGES = {"vllm-ascend": "vllm_ascend", "sglang": "sglang", "torch-npu": "torch_npu"}
 #: vllm-ascend's files besides its package: its pairing matrix (the preflight), its
 #: requirements (the profile's verify) and the setup.py whose gen_build_info() is run
 ASCEND_EXTRA = ("docs/source/community/versioning_policy.md", "requirements.txt", "setup.py")
@@ -72,9 +72,9 @@ def unpack(name: str, version: str, dest: Path, *, python: str = sys.executable,
            pip_options: tuple[str, ...] = ()) -> Path:
     """``name==version``'s sources under ``dest`` (``dest/<package>/...``), written aside
     and moved in whole, so that a half-unpacked tree is never taken for a release."""
-    if name not in PACKAGES:
-        raise SourcesError(f"no sources layout for {name!r}: known {', '.join(PACKAGES)}")
-    package = PACKAGES[name]
+    if name not in SOURCE_PACKAGES:
+        raise SourcesError(f"no sources layout for {name!r}: known {', '.join(SOURCE_PACKAGES)}")
+    package = SOURCE_PACKAGES[name]
     dest = Path(dest)
     partial = dest.with_name(dest.name + ".partial")
     with tempfile.TemporaryDirectory() as tmp:
