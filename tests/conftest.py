@@ -88,6 +88,14 @@ def pytest_collection_modifyitems(items: list) -> None:
             item.add_marker(pytest.mark.xdist_group("whole-machine"))
 
 
+@pytest.fixture
+def lean_inner_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner pytest runs whose plugins are beside the point (a bisect's trials of a toy
+    package: 60 runs a test) leave out ``UNUSED_INNER_PLUGINS``: 0.8 s a run instead of 2.0 s
+    here."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", FAST_ADDOPTS)
+
+
 @pytest.fixture(autouse=True)
 def _fast_inner_runs(request: pytest.FixtureRequest) -> None:
     """pytester discards the outer PYTEST_ADDOPTS; in the fast loop, give its runs the
