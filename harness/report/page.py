@@ -410,13 +410,7 @@ def news(comp: Comparison) -> list[tuple[str, str, int]]:
             ("upstream-drift", "upstream drift", len(summary["upstream_drift"])),
             ("release-findings", "findings about releases", len(summary["release_findings"])),
             ("harness-causes", "the harness's own causes", len(summary["harness_causes"])),
-            ("vacuous", "vacuous: the condition the property needs did not happen",
-     "too few ranks, no shared step, no cache hit, a flat distribution: the check proves "
-     "nothing here, so it is never a pass (and never a finding)"),
-    ("not-comparable", "not comparable: the two sides ran other weights or tokens",
-     "rollout and training did not run one checkpoint on the same tokens: the figures say "
-     "nothing about the stack, never a finding"),
-    ("unsupported-stack", "on an unsupported stack",
+            ("unsupported-stack", "on an unsupported stack",
              len(summary["unsupported_stack"])),
             ("forward-compat", "forward-compatibility", len(summary["forward_compat"])),
             ("fixed-upstream", "fixed upstream (remove from the ledger)",
