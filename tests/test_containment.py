@@ -137,3 +137,27 @@ def test_end_tree_ends_a_process_and_what_it_started() -> None:
     end_tree(parent.pid, grace=1.0)
     assert parent.wait(10) is not None
     assert_gone([child])
+
+
+def test_a_fork_of_the_pytest_process_dies_by_sigterm_as_without_the_harness(
+        pytester: pytest.Pytester) -> None:
+    """A test's fork (a fork pool's worker) inherits the session's SIGTERM handler. It must
+    die by SIGTERM as it would without the harness: a pool's terminate() waits for its
+    workers (a peer suite's fork pool hung its run until the 600 s limit), and a fork is no
+    session whose children it may end."""
+    pytester.makepyfile(test_fork="""
+        import os, signal
+
+        def test_fork():
+            pid = os.fork()
+            if pid == 0:
+                os.kill(os.getpid(), signal.SIGTERM)
+                os._exit(3)  # not reached: SIGTERM ends it
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    # the fork ran none of the session's ending (it would print it, as a second session)
+    assert "the session was ended" not in result.stdout.str() + result.stderr.str()
+    assert result.stdout.str().count("test session starts") == 1

@@ -204,8 +204,19 @@ def _install_sigterm(session: HarnessSession) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
+    owner = os.getpid()
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:
+            # a fork of the pytest process (a test's fork pool worker) inherited this
+            # handler: it is no session, and must not end the session's children. It ends
+            # as it would without the harness (a pool's terminate() waits for it)
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            if callable(previous):
+                previous(signum, frame)
+                return
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         reaper.end_all_live()
         if callable(previous):
             previous(signum, frame)
