@@ -203,7 +203,8 @@ def _reproduces(which: str, night: Any, trial: Trial, tests: list[str]) -> str |
         then = night.tests.get(test)
         if then is None:
             continue
-        misses = [why for why in (_differs(then, run.tests.get(test, Ending("missing")))
+        was = Ending.of(then)
+        misses = [why for why in (_differs(was, run.tests.get(test, Ending("missing")))
                                   for run in trial.runs) if why]
         if not misses:
             continue
@@ -220,15 +221,14 @@ def _reproduces(which: str, night: Any, trial: Trial, tests: list[str]) -> str |
             "with the runner): no release is blamed")
 
 
-def _differs(then: Any, now: Ending) -> str | None:
+def _differs(was: Ending, now: Ending) -> str | None:
     """How a rerun's end differs from the night's, or None."""
-    was = Ending.of(then)
     if now.outcome in ("skipped", "missing"):
         return f"{now.outcome} on rerun: a test that does not run is no reference"
-    if then.outcome == "xfailed":  # a known finding that night: the rerun has no ledger
+    if was.outcome == "xfailed":  # a known finding that night: the rerun has no ledger
         return None if now.failing else f"xfailed that night, {now.outcome} on rerun"
     if was.failing != now.failing or (not was.failing and was.outcome != now.outcome):
-        return f"{then.outcome} that night, {now.outcome} on rerun"
+        return f"{was.outcome} that night, {now.outcome} on rerun"
     if was.failing and was.signature.compare(now.signature) != SAME:
         return "fails another way on rerun: " + was.signature.differences(now.signature)
     return None

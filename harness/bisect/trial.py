@@ -30,7 +30,7 @@ from typing import Any
 from harness.bisect.endpoints import COMMIT_PREFIX
 from harness.bisect.overlay import OverlayError, Overlays
 from harness.bisect.search import BAD, FLAKY, GOOD, OTHER, SKIP
-from harness.bisect.signature import PARTLY, SAME, Signature
+from harness.bisect.signature import DIFFERENT, PARTLY, SAME, Signature
 from harness.isolation.failure_text import failure_lines
 from harness.isolation.reaper import descendants, end_session
 from harness.report.load import RunResults, TestResult, load_any
@@ -274,12 +274,8 @@ def _top_level(folder: Path, distribution: str) -> list[str]:
     if (folder / own / "__init__.py").is_file() or (folder / f"{own}.py").is_file():
         return [own]
     names = []
-    for entry in folder.iterdir():
-        if entry.name.endswith((".dist-info", ".egg-info", ".data")) or entry.name in (
-                "bin", "__pycache__") or not entry.name.isidentifier() and not \
-                entry.name.endswith(".py"):
-            continue
-        if entry.is_dir() and (entry / "__init__.py").is_file():
+    for entry in folder.iterdir():  # dist-info, bin and __pycache__ are no identifiers
+        if entry.is_dir() and entry.name.isidentifier() and (entry / "__init__.py").is_file():
             names.append(entry.name)
         elif entry.suffix == ".py" and entry.stem.isidentifier() and entry.stem != "setup":
             names.append(entry.stem)
@@ -304,9 +300,9 @@ def _as(end: Ending, ref: Ending) -> str:
     same non-failing outcome), PARTLY (a failure that shares some of ``ref``'s statement)
     or DIFFERENT."""
     if not ref.failing:
-        return SAME if end.outcome == ref.outcome else "different"
+        return SAME if end.outcome == ref.outcome else DIFFERENT
     if not end.failing or end.category in OURS:
-        return "different"
+        return DIFFERENT
     return end.signature.compare(ref.signature)
 
 
@@ -317,11 +313,12 @@ def judge(ends: dict[str, Ending], reference: Reference) -> tuple[str, str]:
     bad_like, partly, other = [], [], []
     for test_id, end in ends.items():
         tonight = reference.bad[test_id]
-        if _as(end, tonight) == SAME:
+        as_tonight = _as(end, tonight)
+        if as_tonight == SAME:
             bad_like.append(test_id)
         elif _as(end, reference.good[test_id]) == SAME:
             continue
-        elif _as(end, tonight) == PARTLY:
+        elif as_tonight == PARTLY:
             partly.append(f"{test_id}: {tonight.signature.differences(end.signature)}")
         else:
             first = end.lines[0][:200] if end.lines else ""

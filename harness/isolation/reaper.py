@@ -16,6 +16,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Callable
 
 import psutil
 
@@ -75,6 +76,24 @@ def end_session(sid: int, extra: list[psutil.Process] | None = None,
     procs = members(sid, extra)
     if not procs:
         return {}
+    return _end(procs, lambda: members(sid), grace)
+
+
+def end_tree(pid: int, grace: float = TERM_GRACE_S) -> None:
+    """End a process that does not lead a session of its own (a rank, a server) and every
+    descendant it has, as ``end_session`` ends a session. Its own ``wait`` is the caller's
+    (a Popen or a multiprocessing Process reaps its own child)."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return
+    _end([root, *descendants(pid)], lambda: descendants(pid), grace)
+
+
+def _end(procs: list[psutil.Process], again: Callable[[], list[psutil.Process]],
+         grace: float) -> dict[int, int | None]:
+    """The one ladder: SIGTERM ``procs``, ``grace`` seconds, SIGKILL the rest, then SIGKILL
+    what ``again()`` finds (processes forked while we signalled)."""
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGTERM)
@@ -83,8 +102,7 @@ def end_session(sid: int, extra: list[psutil.Process] | None = None,
         with contextlib.suppress(psutil.Error):
             proc.kill()
     gone += psutil.wait_procs(alive, timeout=grace)[0]
-    # Members that were forking while we signalled may have left new ones behind.
-    late = members(sid)
+    late = again()
     for proc in late:
         with contextlib.suppress(psutil.Error):
             proc.kill()
@@ -92,26 +110,6 @@ def end_session(sid: int, extra: list[psutil.Process] | None = None,
     status = {p.pid: None for p in procs + late}
     status.update({p.pid: _status(getattr(p, "returncode", None)) for p in gone})
     return status
-
-
-def end_tree(pid: int, grace: float = TERM_GRACE_S) -> None:
-    """End a process that does not lead a session of its own (a rank, a server) and every
-    descendant it has: SIGTERM to all, ``grace`` seconds, then SIGKILL. Its own ``wait`` is
-    the caller's (a Popen or a multiprocessing Process reaps its own child)."""
-    try:
-        root = psutil.Process(pid)
-    except psutil.Error:
-        return
-    procs = [root, *descendants(pid)]
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    late = [p for p in descendants(pid) if p not in procs]  # forked while we signalled
-    for proc in [*alive, *late]:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs([*alive, *late], timeout=grace)
 
 
 def _status(code: int | None) -> int | None:

@@ -226,7 +226,8 @@ class ResultsWriter:
             record["longrepr"] = tail_text(str(report.longrepr), TEXT_TAIL)
             problems = getattr(report, "harness_problems", None)
             if problems:
-                record["problems"] = [tail_text(p, TEXT_TAIL) for p in problems[:64]]
+                record["problems"] = [tail_text(p, TEXT_TAIL)
+                                      for p in problems[:schema.MAX_PROBLEM_LINES]]
         self.write(record)
 
     def footer(self, exitstatus: int) -> None:

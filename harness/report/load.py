@@ -340,15 +340,15 @@ def parse_test(record: dict[str, Any], *, lean: bool = False) -> TestResult:
     return result
 
 
-#: problem lines kept of one failure, and characters of each
-MAX_PROBLEM_LINES, MAX_PROBLEM_CHARS = 64, 2000
+#: characters kept of each of a failure's problem lines (``schema.MAX_PROBLEM_LINES`` of them)
+MAX_PROBLEM_CHARS = 2000
 
 
 def _lines(value: Any) -> tuple[str, ...]:
     """A failure's problem lines: strings only, cut to size; () if not a list."""
     if not isinstance(value, list):
         return ()
-    return tuple(_text(v, MAX_PROBLEM_CHARS) for v in value[:MAX_PROBLEM_LINES]
+    return tuple(_text(v, MAX_PROBLEM_CHARS) for v in value[:schema.MAX_PROBLEM_LINES]
                  if isinstance(v, str))
 
 

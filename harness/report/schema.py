@@ -75,6 +75,10 @@ CATEGORIES = ("release-finding", "drift-grew", "known-finding", "fixed-upstream"
               "forward-compat", "harness", "stand-in-limit")
 
 
+#: a failure's ``problems`` kept: lines, written and read back
+MAX_PROBLEM_LINES = 64
+
+
 class Test(TypedDict, total=False):
     type: str
     id: str
