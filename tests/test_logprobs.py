@@ -406,6 +406,51 @@ def test_repeat_across_processes_is_compared() -> None:
         ("repeat", 1, "decode, process 2 vs process 1")]
 
 
+
+def test_two_processes_under_other_threads_are_not_comparable() -> None:
+    """The repeat across processes compares bits only between processes under the same
+    kernel-choosing conditions: a child given 1 intra-op thread against one given 2 is "not
+    comparable" (the harness's doing, never the stack's), naming the condition; two alike
+    are compared as before."""
+    from harness.logprobs.cases import run_logprob_case
+    from harness.logprobs.properties import compare_repeat
+    from harness.stack.devices import THREADS_ENV
+
+    def once(threads: str) -> InvarianceReport:
+        return run_isolated(run_logprob_case, "tiny", False, "float32", "reference",
+                            "repeat", runs=1, batch_size=2, decode_steps=2,
+                            method="forkserver",
+                            env={THREADS_ENV: threads, "OMP_NUM_THREADS": threads}).value
+
+    first = once("1")
+    assert first.conditions["threads"] == "1" and "torch" in first.conditions
+    alike = compare_repeat(first, once("1"))
+    assert alike.not_comparable == [] and alike.equal
+    apart = compare_repeat(first, once("2"))
+    assert len(apart.not_comparable) == 1
+    assert "threads: 1 vs 2" in apart.not_comparable[0]
+    assert apart.summary()["not_comparable"] == apart.not_comparable
+
+
+def test_a_third_process_says_which_went_its_own_way() -> None:
+    from harness.logprobs.properties import check_repeatable, processes_agreeing
+
+    runs = [check_repeatable(TinyDecoder(), runs=1, batch_size=2, decode_steps=2)
+            for _ in range(3)]
+    assert processes_agreeing(runs) == "all 3 processes agree"
+    runs[1].outputs[0] = runs[1].outputs[0] + 1e-3
+    assert processes_agreeing(runs) == "processes 1 and 3 agree; process 2 alone"
+
+
+def test_conditions_name_what_differs_and_leave_out_where_it_ran() -> None:
+    from harness.stack.conditions import differences, process_conditions
+
+    here = process_conditions(weights="abc")
+    assert here["weights"] == "abc" and here["threads"] == str(torch.get_num_threads())
+    assert differences(here, {**here, "cpu": "99"}) == []
+    assert differences(here, {**here, "OMP_NUM_THREADS": "7"}) == [
+        f"OMP_NUM_THREADS: {here.get('OMP_NUM_THREADS', 'unset')} vs 7"]
+
 def _hf_or_skip():  # type: ignore[no-untyped-def]
     from harness.logprobs import hf_source
 

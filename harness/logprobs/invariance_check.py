@@ -102,6 +102,12 @@ class InvarianceReport:
     #: the sum of |diff| over every compared value, and how many values (``mean_abs``)
     abs_total: float = 0.0
     values: int = 0
+    #: what the process ran under that a kernel may choose its path by
+    #: (``harness.stack.conditions``): two processes' bits compare only under the same
+    conditions: dict[str, str] = field(default_factory=dict)
+    #: why the comparison cannot say anything of the stack (two processes ran under other
+    #: conditions): never a pass, never a finding
+    not_comparable: list[str] = field(default_factory=list)
 
     @property
     def equal(self) -> bool:
@@ -174,7 +180,8 @@ class InvarianceReport:
             "first": asdict(self.mismatches[0]) if self.mismatches else None,
             "first_divergent_op": self.first_divergent_op,
             "vacuous": self.vacuous, "top2_margin": self.top2_margin,
-            "threads": self.threads,
+            "threads": self.threads, "conditions": self.conditions,
+            "not_comparable": self.not_comparable,
         }
 
 

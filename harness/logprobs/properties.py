@@ -119,11 +119,42 @@ def check_repeatable(source: LogprobSource, *, runs: int = 3, batch_size: int = 
     return report
 
 
-def compare_repeat(first: InvarianceReport, second: InvarianceReport) -> InvarianceReport:
+def compare_repeat(first: InvarianceReport, second: InvarianceReport,
+                   name: str = "process 2") -> InvarianceReport:
     """The same repeat check run in two processes: every output must have the same bits.
-    Returns ``second`` with the differences added (detail "process 2 vs process 1")."""
+    Returns ``second`` with the differences added (detail "process 2 vs process 1"). Two
+    processes whose kernel-choosing conditions differ (threads, CPU capability, the kernels'
+    variables, the weights read) are not comparable: said in ``not_comparable``, and their
+    bits are still compared, for the record."""
+    from harness.stack.conditions import differences
+
+    if first.conditions and second.conditions:
+        apart = differences(first.conditions, second.conditions)
+        if apart:
+            second.not_comparable.append(
+                f"{name} ran under other conditions than process 1 ({'; '.join(apart)})")
     bs = second.batch_sizes[0]
     for i, (ref, got) in enumerate(zip(first.outputs, second.outputs, strict=True)):
         phase = "prefill" if i < bs else "decode"
-        _add(second, "repeat", bs, i % bs, ref, got, f"{phase}, process 2 vs process 1")
+        _add(second, "repeat", bs, i % bs, ref, got, f"{phase}, {name} vs process 1")
     return second
+
+
+def processes_agreeing(reports: Sequence[InvarianceReport]) -> str:
+    """Which of several processes' repeat outputs have the same bits, as a sentence
+    ("processes 1 and 3 agree, 2 differs"): a third process tells a process that went its
+    own way from two stable answers."""
+    groups: list[list[int]] = []
+    for n, report in enumerate(reports, start=1):
+        for group in groups:
+            ref = reports[group[0] - 1].outputs
+            if all(torch.equal(a, b) for a, b in zip(ref, report.outputs, strict=True)):
+                group.append(n)
+                break
+        else:
+            groups.append([n])
+    if len(groups) == 1:
+        return f"all {len(reports)} processes agree"
+    return "; ".join(f"process{'es' if len(g) > 1 else ''} "
+                     f"{' and '.join(map(str, g))} {'agree' if len(g) > 1 else 'alone'}"
+                     for g in groups)
