@@ -65,17 +65,17 @@ def test_logprob_serving(prop: str, switch: str, dtype: str, request, run_on_npu
 def test_logprob_serving_http(switch: str, dtype: str, request, run_on_npu,
                               record_property) -> None:  # type: ignore[no-untyped-def]
     """The concurrent case through ``vllm serve`` with concurrent HTTP clients
-    (``harness.logprobs.serving_http``): the probe alone vs while 12 clients send mixed
+    (``harness.logprobs.serving.over_http``): the probe alone vs while 12 clients send mixed
     requests; the server's running-requests gauge must show the probe and 3 others, else
     vacuous. No first divergent op (the engine is in the server's process)."""
-    from harness.logprobs import serving_http
+    from harness.logprobs.serving import over_http
 
     device = request.config.stash[SESSION_KEY].device
     reason = vllm_source.unavailable(device.kind)
     if reason:
         pytest.skip(f"serving cases (vLLM server): {reason}")
     enabled = switch == "on"
-    report = run_on_npu(serving_http.run_http_case, enabled, dtype,
+    report = run_on_npu(over_http.run_http_case, enabled, dtype,
                         env={"VLLM_BATCH_INVARIANT": None}).value
     record_property("logprob_report", report.summary())
     if report.vacuous:

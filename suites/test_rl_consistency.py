@@ -99,7 +99,7 @@ def test_rollout_vs_training(dtype: str, rollouts, request, run_on_npu,
                                       figures=found.figures())
     record_property("drift", [drift])
     text = f"{found.engine} vs {found.trainer}: {found.summary()}; first divergent op: " \
-           f"{found.first_divergent_op}"
+           f"{found.where()}"
     if outcome == "failed":
         pytest.fail(f"{why}\n{text}", pytrace=False)
     if outcome == "xfailed":

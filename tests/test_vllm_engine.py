@@ -187,7 +187,7 @@ for name, (prop, dtype, knobs) in cases.items():
     report = harness.run_isolated(run_serving_case, prop, False, dtype, knobs, timeout=600,
                                   env={"VLLM_BATCH_INVARIANT": None}).value
     out[name] = report.summary()
-from harness.logprobs.serving_http import run_http_case
+from harness.logprobs.serving.over_http import run_http_case
 out["no clients"] = harness.run_isolated(run_http_case, False, "float32", {"clients": 0},
                                          timeout=600, env={"VLLM_BATCH_INVARIANT": None}
                                          ).value.summary()

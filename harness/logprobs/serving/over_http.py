@@ -33,7 +33,9 @@ from typing import Any
 import torch
 
 from harness.isolation.reaper import end_tree
-from harness.logprobs.serving import PROBE_STEPS, Served, ServingReport, load, probe_prompt
+from harness.logprobs.serving.comparison import ServingReport
+from harness.logprobs.serving.loop import Served
+from harness.logprobs.serving.workload import PROBE_STEPS, load, probe_prompt
 
 CLIENTS = 12
 #: running requests the gauge must show while the probe is in flight (the probe and 3)
