@@ -164,6 +164,8 @@ def _logprob_diagnosis(report: Any) -> str:
         lines.append("first: " + ", ".join(f"{k} {_field(v)}" for k, v in first.items()))
     if report.get("first_divergent_op"):
         lines.append(f"first divergent op: {_field(report.get('first_divergent_op'))}")
+    elif report.get("not_located"):
+        lines.append(f"first divergent op: not located ({_field(report.get('not_located'))})")
     if report.get("vacuous"):
         lines.append(_field(report.get("vacuous")))
     return "\n".join(lines)
