@@ -95,7 +95,7 @@ def _expectation_tables() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bisect"]:  # its own parser: its exit statuses are 0 found, 2 not
-        from harness.bisect.controller import main as bisect  # found, 3 unusable inputs
+        from harness.bisect.command import main as bisect  # found, 3 unusable inputs
 
         return bisect(argv[1:])
     args = _parser().parse_args(argv)

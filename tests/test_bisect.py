@@ -11,7 +11,7 @@ import pytest
 
 from harness.bisect import endpoints as ends
 from harness.bisect.card import card
-from harness.bisect.controller import main
+from harness.bisect.command import main
 from harness.bisect.search import BAD, FLAKY, GOOD, OTHER, SKIP, ddmin, first_bad
 from harness.bisect.state import State
 from harness.bisect.trial import Ending, Reference, judge

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect.controller import main
+from harness.bisect.command import main
 from harness.bisect.overlay import Overlays
 
 #: a trial's pytest without the plugins no trial uses

@@ -167,7 +167,7 @@ def test_the_bisect_and_the_report_load_no_pytest_plugin() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, harness.bisect.controller, harness.report.render, "
+    code = ("import sys, harness.bisect.command, harness.report.render, "
             "harness.report.bisect_outcomes; "
             "print(sorted(m for m in sys.modules if m.startswith('harness.plugin')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

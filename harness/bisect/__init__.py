@@ -19,4 +19,4 @@ versions), ``overlay`` (a candidate's packages, installed aside), ``git`` (a che
 commits), ``signature`` (what "the same failure" means), ``trial`` (one candidate's runs and
 their verdict), ``search`` (delta debugging and the version search), ``groups`` (a bisect per
 distinct failure), ``driver`` (one group's search), ``card`` (the card lines), ``state``
-(resumable state, ``bisect.json``), ``controller`` (the command)."""
+(resumable state, ``bisect.json``), ``command`` (the command line)."""
