@@ -16,28 +16,24 @@ XML and xdist all carry it."""
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 import pytest
 
 from harness.isolation.failure_text import failure_lines
-from harness.stack.requirements import in_range
+from harness.stack.ledger import (  # noqa: F401 - the ledger's names, where tests read them
+    LEDGER,
+    LEDGER_ENV,
+    Finding,
+    LedgerError,
+    load_ledger,
+)
 from harness.stack.upstream import UpstreamDrift
 from harness.stack.upstream import version as installed_version
 
-LEDGER = Path(__file__).with_name("known_findings.toml")
-#: another ledger (a team's own findings, the harness's tests)
-LEDGER_ENV = "HARNESS_LEDGER"
 HARNESS_DIR = Path(__file__).resolve().parents[1]
 STANDIN_FILE = HARNESS_DIR / "invariance" / "standin.py"
 _LEDGER_KEY = pytest.StashKey["Finding"]()
@@ -48,67 +44,6 @@ _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+', re.MULTILINE)
 _MISSING = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '(?P<mod>[^']+)'")
 _RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Drift))\b",
                      re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One ledger entry."""
-
-    id: str
-    title: str
-    distribution: str
-    affected: str
-    cases: tuple[str, ...]
-    #: the failure lines the finding shows, each named by a text the line contains: a
-    #: failure with a line none of them covers is a new failure (``ledger_match``)
-    match: tuple[str, ...]
-    evidence: str
-    fix: str = ""
-    #: other distributions whose range the finding needs: {distribution: specifier} (verl's
-    #: patch shows it only on the vLLM it runs its exact compare against)
-    also: tuple[tuple[str, str], ...] = ()
-
-    def applies(self, version: str | None,
-                versions: Any = installed_version) -> bool:
-        """Whether the installed ``version`` of its distribution is an affected release (and
-        each ``also`` distribution is in its range)."""
-        return in_range(version, self.affected) and all(in_range(versions(d), spec)
-                                                        for d, spec in self.also)
-
-    def reason(self, version: str | None) -> str:
-        fix = f"; fixed upstream by {self.fix}" if self.fix else ""
-        also = "".join(f", {d} {s}" for d, s in self.also)
-        return (f"known release finding {self.id} ({self.distribution} {version}, ledger "
-                f"range {self.affected}{also}): {self.title}{fix}")
-
-
-class LedgerError(ValueError):
-    """A ledger file that cannot be used (named, with the fix)."""
-
-
-def load_ledger(path: Path | None = None) -> list[Finding]:
-    """The ledger: ``path``, else ``$HARNESS_LEDGER``, else the built-in one."""
-    path = path or Path(os.environ.get(LEDGER_ENV) or LEDGER)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise LedgerError(f"{path}: cannot read the ledger of known findings ({exc})") from None
-    found = []
-    for i, entry in enumerate(data.get("finding", [])):
-        missing = [k for k in ("id", "title", "distribution", "affected", "cases", "match",
-                               "evidence") if k not in entry]
-        if missing:
-            raise LedgerError(f"{path}: finding #{i + 1} lacks {', '.join(missing)}")
-        match = entry["match"]
-        match = (match,) if isinstance(match, str) else tuple(match)
-        if not match or not all(isinstance(m, str) and m.strip() for m in match):
-            raise LedgerError(f"{path}: finding {entry['id']!r}: match must be a text or a "
-                              "list of texts, one for each failure line the finding shows")
-        found.append(Finding(entry["id"], entry["title"], entry["distribution"],
-                             entry["affected"], tuple(entry["cases"]), match,
-                             " ".join(entry["evidence"].split()), entry.get("fix", ""),
-                             tuple(sorted(dict(entry.get("also", {})).items()))))
-    return found
 
 
 # --- what a ledger entry covers -----------------------------------------------------------

@@ -203,7 +203,7 @@ _CATEGORY_DIAGNOSES = (
     ("release-finding", "a finding about the released code under test",
      "the release's own code does this; the reference target passes the same check"),
     ("known-finding", "a known release finding (the ledger)",
-     "listed in harness/plugin/known_findings.toml with its evidence and fix; not a new "
+     "listed in harness/stack/known_findings.toml with its evidence and fix; not a new "
      "failure"),
     ("fixed-upstream", "fixed upstream: remove it from the ledger",
      "a ledger case passes on a release inside the ledger's range"),
