@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.drift import adopt as adopt_mod
-from harness.drift.envelope import GROWTH_CAP, Envelope, EnvelopeError
-from harness.drift.table import load
+from harness.drift.envelope import GROWTH_CAP, Envelope, EnvelopeError, from_data
+from harness.drift.table import load, with_envelope
 from harness.logprobs import expectations
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,6 +181,30 @@ def test_update_adopts_the_spread_of_the_runs_and_refuses_other_failures(
                for r in done.refused) == 5
     assert sum("stale" in r for r in done.refused) == 5
 
+
+
+def test_a_recorded_only_figure_is_kept_shown_and_never_judged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row whose count of differing values follows a non-reproducible schedule (HTTP
+    arrivals) judges the size of a value's drift only; adopting new runs keeps that."""
+    envelope = Envelope({"differing": (1, 1), "mean_abs": (1.5e-8, 1.5e-8), "max_ulp": (1, 1)},
+                        1, "1 run", recorded_only=("differing", "mean_abs"))
+    assert envelope.breaches({"differing": 5, "mean_abs": 7.5e-8, "max_ulp": 1}) == []
+    assert [b.figure for b in envelope.breaches({"differing": 5, "max_ulp": 30})] == ["max_ulp"]
+    assert "differing" not in envelope.to_record()["bounds"]
+    with pytest.raises(EnvelopeError, match="recorded_only"):
+        from_data({"runs": 1, "max_ulp": [1, 1], "recorded_only": ["nonsense"]}, "row x")
+    tables = _copy_tables(tmp_path, monkeypatch)
+    table = tables["logprobs"]
+    table.put(with_envelope(table.get(ROW), Envelope({"max_ulp": (1, 1)}, 1, "1 run",
+                                                     recorded_only=("mean_abs",))))
+    runs = [_results(tmp_path / f"r{i}.jsonl", [
+        {"id": "a", "outcome": "xfailed", "drift": [_drift("no-envelope", max_ulp=u,
+                                                            mean_abs=u * 1e-8)]}])
+        for i, u in enumerate((1, 2))]
+    adopt_mod.adopt(runs, tables)
+    assert table.get(ROW).envelope.recorded_only == ("mean_abs",)
+    assert "recorded_only = [" in table.dumps()
 
 def test_update_through_the_command_line_prints_a_diff_and_check_writes_nothing(
         tmp_path: Path) -> None:

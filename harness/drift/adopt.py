@@ -107,10 +107,10 @@ def adopt(paths: list[Path], tables: dict[str, Table]) -> Adoption:
                   for n in names}
         old = table.get(key)
         runs = len(where[(name, key)])
+        kept = old.envelope if old and old.envelope else None
         envelope = Envelope(ranges, runs, _measured(list(where[(name, key)].values())),
-                            old.envelope.tolerance if old and old.envelope else
-                            DEFAULT_TOLERANCE,
-                            table.where(key))
+                            kept.tolerance if kept else DEFAULT_TOLERANCE, table.where(key),
+                            kept.recorded_only if kept else ())
         if old is None:
             old = Row(key, rows[(name, key)], f"adopted: {envelope.measured}")
         table.put(with_envelope(old, envelope))

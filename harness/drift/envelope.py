@@ -67,6 +67,10 @@ class Envelope:
     #: where the row came from, for the failure text ("harness/logprobs/expectations.toml
     #: row batch-size/tiny/...")
     where: str = field(default="", compare=False)
+    #: figures kept and shown but never judged: those that count how many values a
+    #: non-reproducible schedule touched (HTTP arrivals), not how far each moved; the row's
+    #: evidence says why
+    recorded_only: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.tolerance <= MAX_TOLERANCE:
@@ -96,6 +100,8 @@ class Envelope:
         not judged)."""
         found = []
         for name, value in judged(figures).items():
+            if name in self.recorded_only:
+                continue
             if name in self.figures and value > self.bound(name):
                 lo, hi = self.figures[name]
                 found.append(Breach(name, value, lo, hi, self.bound(name)))
@@ -115,7 +121,9 @@ class Envelope:
         """For the results file: the ranges and bounds tonight was judged by."""
         return {"runs": self.runs, "measured": self.measured, "tolerance": self.tolerance,
                 "figures": {n: list(r) for n, r in self.figures.items()},
-                "bounds": {n: self.bound(n) for n in self.figures}}
+                "bounds": {n: self.bound(n) for n in self.figures
+                           if n not in self.recorded_only},
+                **({"recorded_only": list(self.recorded_only)} if self.recorded_only else {})}
 
 
 def from_data(data: Mapping[str, Any], where: str) -> Envelope:
@@ -123,7 +131,7 @@ def from_data(data: Mapping[str, Any], where: str) -> Envelope:
     ``[lo, hi]`` per figure)."""
     figures: dict[str, tuple[float, float]] = {}
     for name, value in data.items():
-        if name in ("runs", "measured", "tolerance"):
+        if name in ("runs", "measured", "tolerance", "recorded_only"):
             continue
         if (not isinstance(value, list) or len(value) != 2
                 or not all(isinstance(v, (int, float)) for v in value)):
@@ -133,5 +141,10 @@ def from_data(data: Mapping[str, Any], where: str) -> Envelope:
     runs = data.get("runs")
     if not isinstance(runs, int) or runs < 1:
         raise EnvelopeError(f"{where}: runs = {runs!r}: say how many runs measured it")
+    recorded_only = data.get("recorded_only", [])
+    if not isinstance(recorded_only, list) or not all(n in JUDGED for n in recorded_only):
+        raise EnvelopeError(f"{where}: recorded_only = {recorded_only!r}: give a list of "
+                            f"figures ({', '.join(JUDGED)})")
     return Envelope(figures, runs, str(data.get("measured", "")),
-                    float(data.get("tolerance", DEFAULT_TOLERANCE)), where)
+                    float(data.get("tolerance", DEFAULT_TOLERANCE)), where,
+                    tuple(recorded_only))

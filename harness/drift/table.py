@@ -66,6 +66,8 @@ class Table:
                                        "measured": row.envelope.measured}
                 if row.envelope.tolerance != DEFAULT_TOLERANCE:
                     env["tolerance"] = row.envelope.tolerance
+                if row.envelope.recorded_only:
+                    env["recorded_only"] = list(row.envelope.recorded_only)
                 for name, (lo, hi) in row.envelope.figures.items():
                     env[name] = [lo, hi]
                 data["envelope"] = env
