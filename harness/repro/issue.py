@@ -1,0 +1,47 @@
+"""The issue body a reproducer is filed with (``ISSUE.md``): what a maintainer asks first,
+the environment, the steps, expected against observed, the harness's evidence and the
+affected range."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from harness.repro import EXIT_MEANING
+from harness.repro.recipes import Recipe
+from harness.stack.ledger import Finding
+
+#: the manifest entries that say what the machine is, in this order
+ENVIRONMENT = ("soc", "family", "driver", "cann", "python", "torch", "torch_npu")
+
+
+def issue_body(finding: Finding, recipe: Recipe, *, test_id: str, manifest: Mapping[str, Any],
+               params: Mapping[str, int], verified: str, evidence: str,
+               release: str | None = None, shrunk: list[str] | None = None) -> str:
+    """``ISSUE.md``: ``verified`` says how the script was run and what it exited with;
+    ``release`` the finding's distribution version; ``shrunk`` what was made smaller."""
+    env = [f"- {finding.distribution}: {release}"] if release else []
+    env += [f"- {k}: {manifest[k]}" for k in ENVIRONMENT if manifest.get(k) not in (None, "")]
+    env += [f"- {k}: {v}" for k, v in sorted(manifest.items())
+            if k not in ENVIRONMENT and v not in (None, "", "absent")]
+    sizes = ", ".join(f"{k} {v}" for k, v in params.items()) or "nothing to shrink"
+    if shrunk:
+        sizes += f"; shrunk from the case's while it still failed: {', '.join(shrunk)}"
+    lines = [
+        f"# {finding.title}", "",
+        f"Affected: {finding.distribution} {finding.affected} (the ledger's range"
+        + (f"; fixed upstream by {finding.fix}" if finding.fix else "") + ").", "",
+        "## Environment", "", *(env or ["- (the results file has no stack manifest)"]), "",
+        "## Steps", "",
+        "```", "pip install -r requirements.txt", "python repro.py", "```", "",
+        f"`repro.py` imports only the upstream stack. Inputs: {recipe.inputs} "
+        f"({sizes}). Exit status: "
+        + "; ".join(f"{code} {meaning}" for code, meaning in sorted(EXIT_MEANING.items()))
+        + ".", "",
+        "## Expected", "", recipe.expected, "",
+        "## Observed", "", recipe.observed, "",
+        "## How this was found", "",
+        f"npu-regress's `{test_id}`; the finding's evidence: {finding.evidence}", "",
+        *([f"What the check printed: {evidence}", ""] if evidence else []),
+        f"Reproducer verified: {verified}", ""]
+    return "\n".join(lines)

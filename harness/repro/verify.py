@@ -1,0 +1,63 @@
+"""Running a reproducer where a maintainer would: a fresh virtual environment holding only
+its ``requirements.txt`` (or an interpreter the caller names), the script's exit status read
+as its verdict."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import venv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.repro import EXIT_MEANING
+
+
+class VerifyError(RuntimeError):
+    """The environment for a reproducer could not be made (named, with the step)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a script: its exit status and the end of what it printed."""
+
+    args: tuple[str, ...]
+    code: int
+    tail: str
+    #: what this run was ("the case's inputs", "shrunk", "the control")
+    label: str = ""
+
+    def said(self) -> str:
+        meaning = EXIT_MEANING.get(self.code, "an unexpected exit status")
+        return (f"{self.label + ': ' if self.label else ''}`python repro.py"
+                f"{''.join(' ' + a for a in self.args)}` exited {self.code} ({meaning})")
+
+
+def fresh_venv(folder: Path, requirements: Path) -> Path:
+    """A new virtual environment at ``folder`` with ``requirements`` installed: its python."""
+    venv.EnvBuilder(with_pip=True, clear=True).create(folder)
+    python = folder / "bin" / "python"
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise VerifyError(f"pip install -r {requirements} in a fresh venv ({folder}) failed "
+                          f"with {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return python
+
+
+def run(python: Path | str, script: Path, args: Sequence[str] = (), *,
+        timeout: float = 900.0, label: str = "") -> Run:
+    """Run ``script`` with ``python`` from the script's folder (a clean environment for the
+    harness: nothing of this checkout on its path)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONSTARTUP") and not k.startswith(("HARNESS_",
+                                                                              "PYTEST_"))}
+    try:
+        proc = subprocess.run([str(python), script.name, *args], cwd=script.parent, env=env,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"")[-3000:]
+        text = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
+        return Run(tuple(args), -1, text + f"\n(timed out after {timeout:.0f} s)", label)
+    return Run(tuple(args), proc.returncode, (proc.stdout + proc.stderr)[-4000:], label)

