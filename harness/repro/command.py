@@ -16,7 +16,8 @@ from typing import Any
 
 from harness.repro import FIXED, FOUND, NEEDS_NPU
 from harness.repro.issue import issue_body
-from harness.repro.recipes import RECIPES, Recipe
+from harness.repro.recipe import Recipe
+from harness.repro.recipes import RECIPES
 from harness.repro.verify import Run, VerifyError, fresh_venv, run
 from harness.stack.installed import distribution
 from harness.stack.ledger import Finding, LedgerError, load_ledger
@@ -107,9 +108,32 @@ def _shrink(recipe: Recipe, params: dict[str, int], folder: Path, python: str,
     return params, said
 
 
+def _other_releases(recipe: Recipe, finding: Finding, releases: list[str],
+                    versions: Mapping[str, str], params: Mapping[str, int], work: Path,
+                    timeout: float) -> list[dict[str, Any]]:
+    """The script on other releases of the finding's distribution, each in a fresh venv:
+    outside the ledger's range it must exit FIXED, inside FOUND; a disagreement says the
+    range is wrong."""
+    from harness.stack.requirements import in_range
+
+    found = []
+    for release in releases:
+        folder = work / f"release-{release}"
+        script = _write(folder, recipe, params, {**versions, finding.distribution: release})
+        python = fresh_venv(folder / "venv", folder / "requirements.txt", recipe.after_install)
+        got = run(python, script, timeout=timeout, label=f"{finding.distribution} {release}")
+        inside = in_range(release, finding.affected)
+        agrees = got.code == (FOUND if inside else FIXED)
+        found.append({"release": release, "exit": got.code, "in_ledger_range": inside,
+                      "agrees": agrees, "said": got.said()})
+        shutil.rmtree(folder / "venv", ignore_errors=True)
+    return found
+
+
 def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = None,
               verify: bool = True, shrink: bool = False, timeout: float = 900.0,
-              ledger: list[Finding] | None = None) -> dict[str, Any]:
+              ledger: list[Finding] | None = None,
+              releases: list[str] | None = None) -> dict[str, Any]:
     """Write ``out``/repro.py, requirements.txt and ISSUE.md for ``test_id``; returns what
     was done (``repro.json``). Raises ``ReproError`` where no reproducer can be written, and
     writes none that did not fail as the finding says."""
@@ -129,7 +153,8 @@ def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = No
         interpreter = python
         how = f"with {python}" if python else "in a fresh venv holding only requirements.txt"
         if verify and interpreter is None:
-            interpreter = str(fresh_venv(work / "venv", work / "requirements.txt"))
+            interpreter = str(fresh_venv(work / "venv", work / "requirements.txt",
+                                         recipe.after_install))
         if verify:
             assert interpreter is not None
             first = run(interpreter, script, timeout=timeout, label="the case's inputs")
@@ -152,8 +177,15 @@ def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = No
                     raise ReproError(f"the control did not pass: {control.said()}: the script "
                                      f"cannot tell the finding from another failure; not "
                                      f"written. What it printed:\n{control.tail}")
+        others = _other_releases(recipe, finding, releases or [], versions, params, work,
+                                 timeout) if verify and releases else []
         verified = ("; ".join(r.said() for r in runs) + f" ({how})") if runs else \
             "not run (npu-regress repro without --no-verify runs it)"
+        if others:
+            verified += "; other releases, each in a fresh venv: " + "; ".join(
+                o["said"] + ("" if o["agrees"] else f" (the ledger's range {finding.affected} "
+                             f"says {'' if o['in_ledger_range'] else 'not '}affected)")
+                for o in others)
         out.mkdir(parents=True, exist_ok=True)
         for name in ("repro.py", "requirements.txt"):
             shutil.copyfile(work / name, out / name)
@@ -167,6 +199,7 @@ def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = No
         done = {"finding": finding.id, "test": test_id, "params": params, "shrunk": shrunk,
                 "needs_npu": recipe.needs_npu, "lines": len(recipe.script(params).splitlines()),
                 "runs": [{"args": list(r.args), "exit": r.code} for r in runs],
+                "releases": others,
                 "verified": verified}
         (out / "repro.json").write_text(json.dumps(done, indent=1) + "\n")
         return done
@@ -190,16 +223,27 @@ def add_parser(sub: Any) -> None:
                         help="write without running (ISSUE.md says it was not run)")
     parser.add_argument("--shrink", action="store_true",
                         help="try the recipe's smaller inputs, keep the smallest that fails")
+    parser.add_argument("--release", action="append", default=[], metavar="VERSION",
+                        help="also run the script on this release of the finding's "
+                             "distribution (a fresh venv each): outside the ledger's range it "
+                             "must exit 0, inside 1 (repeatable)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take")
 
 
 def main(args: argparse.Namespace) -> int:
     try:
         done = reproduce(args.test_id, args.results, args.out, python=args.python,
-                         verify=not args.no_verify, shrink=args.shrink, timeout=args.timeout)
+                         verify=not args.no_verify, shrink=args.shrink, timeout=args.timeout,
+                         releases=args.release)
     except (ReproError, VerifyError, LedgerError) as exc:
         print(f"npu-regress repro: {exc}", file=sys.stderr)
         return 2
     print(f"npu-regress repro: wrote {args.out}/repro.py ({done['lines']} lines), "
           f"requirements.txt, ISSUE.md for {done['finding']}: {done['verified']}")
+    wrong = [o["release"] for o in done["releases"] if not o["agrees"]]
+    if wrong:
+        print(f"npu-regress repro: the ledger's range for {done['finding']} disagrees with "
+              f"release(s) {', '.join(wrong)}: correct it (harness/stack/known_findings.toml)",
+              file=sys.stderr)
+        return 1
     return 0

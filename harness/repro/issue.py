@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.repro import EXIT_MEANING
-from harness.repro.recipes import Recipe
+from harness.repro.recipe import Recipe
 from harness.stack.ledger import Finding
 
 #: the manifest entries that say what the machine is, in this order
@@ -33,7 +33,10 @@ def issue_body(finding: Finding, recipe: Recipe, *, test_id: str, manifest: Mapp
         + (f"; fixed upstream by {finding.fix}" if finding.fix else "") + ").", "",
         "## Environment", "", *(env or ["- (the results file has no stack manifest)"]), "",
         "## Steps", "",
-        "```", "pip install -r requirements.txt", "python repro.py", "```", "",
+        "```", "pip install -r requirements.txt",
+        *(f"pip {' '.join(args)}" for args in recipe.after_install), "python repro.py", "```",
+        "", *([f"(after the install: {recipe.after_install_why})", ""]
+              if recipe.after_install_why else []),
         f"`repro.py` imports only the upstream stack. Inputs: {recipe.inputs} "
         f"({sizes}). Exit status: "
         + "; ".join(f"{code} {meaning}" for code, meaning in sorted(EXIT_MEANING.items()))

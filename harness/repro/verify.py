@@ -34,15 +34,18 @@ class Run:
                 f"{''.join(' ' + a for a in self.args)}` exited {self.code} ({meaning})")
 
 
-def fresh_venv(folder: Path, requirements: Path) -> Path:
-    """A new virtual environment at ``folder`` with ``requirements`` installed: its python."""
+def fresh_venv(folder: Path, requirements: Path,
+               after: Sequence[Sequence[str]] = ()) -> Path:
+    """A new virtual environment at ``folder`` with ``requirements`` installed, then the
+    ``after`` pip commands (the recipe's ``after_install``): its python."""
     venv.EnvBuilder(with_pip=True, clear=True).create(folder)
     python = folder / "bin" / "python"
-    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)],
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise VerifyError(f"pip install -r {requirements} in a fresh venv ({folder}) failed "
-                          f"with {proc.returncode}:\n{proc.stderr[-3000:]}")
+    for args in (("install", "-q", "-r", str(requirements)), *after):
+        proc = subprocess.run([str(python), "-m", "pip", *args], capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            raise VerifyError(f"pip {' '.join(args)} in a fresh venv ({folder}) failed with "
+                              f"{proc.returncode}:\n{proc.stderr[-3000:]}")
     return python
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from harness.repro.recipes import Recipe
+from harness.repro.recipe import Recipe
 
 KERNEL = "batch_invariant_ops::npu_reduce_sum_batch_invariant"
 

