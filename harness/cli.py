@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.report import bisect_outcomes
+from harness.report import bisect_outcomes, repro_outcomes
 from harness.report import history_folder as hist
 from harness.report.compare import check_clocks, compare, tonight_date
 from harness.report.load import Problems, load_any
@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     render_p.add_argument("--history", type=Path, help="earlier nights (report history add)")
     render_p.add_argument("--bisect", type=Path, nargs="+", default=[], metavar="BISECT_JSON",
                           help="npu-regress bisect outcomes to show on their failures' cards")
+    render_p.add_argument("--repro", type=Path, nargs="+", default=[], metavar="REPRO_DIR",
+                          help="npu-regress repro folders: copied beside the report, named on "
+                               "their tests' cards")
     history_p = sub.add_parser("history", help="manage the nights kept for comparison")
     hsub = history_p.add_subparsers(dest="history_action", required=True)
     add_p = hsub.add_parser("add", help="file tonight's results under their date")
@@ -144,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     outcomes, bisect_problems = bisect_outcomes.load(args.bisect)
     comp.problems.extend(bisect_problems)
     comp.problems.extend(bisect_outcomes.attach(comp, outcomes))
+    reproducers, repro_problems = repro_outcomes.load(args.repro)
+    comp.problems.extend(repro_problems)
     try:
+        comp.problems.extend(repro_outcomes.attach(comp, reproducers, args.out))
         written = render(comp, args.out)
     except OSError as exc:
         print(f"npu-regress: --out {args.out}: cannot write the report there ({exc}); "

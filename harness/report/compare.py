@@ -52,6 +52,8 @@ class Cell:
     #: (``report render --bisect``), else the command that runs it
     bisect: str | None = None
     bisect_command: str | None = None
+    #: where a release finding's standalone reproducer is (``report render --repro``)
+    repro: str | None = None
     history: list[str] = field(default_factory=list)
     events_before: dict[str, int] | None = None
     events_now: dict[str, int] | None = None

@@ -277,6 +277,8 @@ def failure_cards(comp: Comparison) -> list[Card]:
                     _message(first.longrepr) or "(no failure text recorded)",
                     _diagnoses(family, first, cells[0]), full=first.longrepr)
         for cell in cells:
+            if cell.repro and not any(d.title == "reproducer" for d in card.diagnoses):
+                card.diagnoses.insert(0, Diagnosis("reproducer", cell.repro))
             if cell.bisect or cell.bisect_command:
                 card.diagnoses.insert(0, Diagnosis(
                     f"bisect on {cell.runner}", cell.bisect

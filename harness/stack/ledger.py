@@ -40,6 +40,9 @@ class Finding:
     #: other distributions whose range the finding needs: {distribution: specifier} (verl's
     #: patch shows it only on the vLLM it runs its exact compare against)
     also: tuple[tuple[str, str], ...] = ()
+    #: where it is tracked upstream once filed (an issue's URL; "" not filed yet:
+    #: ``npu-regress repro`` writes the reproducer and the issue body)
+    upstream: str = ""
 
     def applies(self, version: str | None,
                 versions: Any = installed_version) -> bool:
@@ -50,6 +53,7 @@ class Finding:
 
     def reason(self, version: str | None) -> str:
         fix = f"; fixed upstream by {self.fix}" if self.fix else ""
+        fix += f"; tracked upstream at {self.upstream}" if self.upstream else ""
         also = "".join(f", {d} {s}" for d, s in self.also)
         return (f"known release finding {self.id} ({self.distribution} {version}, ledger "
                 f"range {self.affected}{also}): {self.title}{fix}")
@@ -80,5 +84,6 @@ def load_ledger(path: Path | None = None) -> list[Finding]:
         found.append(Finding(entry["id"], entry["title"], entry["distribution"],
                              entry["affected"], tuple(entry["cases"]), match,
                              " ".join(entry["evidence"].split()), entry.get("fix", ""),
-                             tuple(sorted(dict(entry.get("also", {})).items()))))
+                             tuple(sorted(dict(entry.get("also", {})).items())),
+                             str(entry.get("upstream", ""))))
     return found
