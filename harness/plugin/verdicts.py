@@ -239,7 +239,8 @@ def _unproven(report: pytest.TestReport) -> tuple[str, str] | None:
     found = found if isinstance(found, dict) else {}
     vacuous = props.get("vacuous") or found.get("vacuous")
     if vacuous:
-        return "vacuous", f"vacuous: {vacuous}"
+        text = str(vacuous)
+        return "vacuous", text if text.startswith("vacuous:") else f"vacuous: {text}"
     if found.get("not_comparable"):
         return "not-comparable", "not comparable: " + "; ".join(map(str,
                                                                      found["not_comparable"]))

@@ -23,6 +23,8 @@ class ServingReport:
     mismatches: list[tuple[str, int, int, int]] = field(default_factory=list)
     condition: dict[str, Any] = field(default_factory=dict)
     vacuous: str = ""
+    #: what is wrong whatever the switch (not a size: an entry that names another token)
+    wrong: list[str] = field(default_factory=list)
     first_divergent_op: str | None = None
     first_divergence: str = ""
     #: prompt positions compared (prefix-cache's prompt-logprob comparisons)
@@ -83,7 +85,7 @@ class ServingReport:
                 "cases": self.cases,
                 "differ": len(self.mismatches),
                 "max_ulp": max((m[2] for m in self.mismatches), default=0),
-                "condition": self.condition, "vacuous": self.vacuous,
+                "condition": self.condition, "vacuous": self.vacuous, "wrong": self.wrong,
                 "first_divergent_op": self.first_divergent_op}
 
     def table(self) -> str:

@@ -25,7 +25,7 @@ def require(report: ServingReport, served: Served, prop: str) -> None:
         if missing:
             report.vacuous = ("vacuous: the load did not share the probe's steps as the "
                               "property claims: " + "; ".join(missing))
-    elif prop == "prefix-cache" and stats["cached_tokens"] <= 0:
+    elif prop in ("prefix-cache", "prompt-cache-read") and stats["cached_tokens"] <= 0:
         report.vacuous = ("vacuous: the prefix cache did not hit (the probe's "
                           "num_cached_tokens is 0)")
     elif prop == "preemption" and stats["preemptions"] <= 0:

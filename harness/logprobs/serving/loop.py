@@ -32,8 +32,10 @@ class Served:
     #: last positions of the prompt: a request that read the cache gets none for the
     #: positions it read
     prompt_logprobs: torch.Tensor | None = None
-    #: entries of cached positions that name another token than the prompt's
+    #: entries of cached positions that name another token than the prompt's, and the
+    #: first few as (position, the token an entry names, its logprob)
     prompt_foreign: int = 0
+    foreign_examples: list[tuple[int, int, float]] = field(default_factory=list)
 
     def stats(self) -> dict[str, Any]:
         return {"max_beside": max(self.beside, default=0), "probe_steps": len(self.beside),
@@ -137,9 +139,10 @@ def serve(llm: Any, params_cls: Callable[..., Any], probe: list[int],
     left = sum(1 for rid, at in finished_at.items()
                if not _is(rid, "probe") and probe_start <= at < probe_end)
     cached = int(result.num_cached_tokens or 0)
-    prompt_logprobs, foreign = _prompt_logprobs(list(probe), result.prompt_logprobs, cached)
+    prompt_logprobs, foreign, examples = _prompt_logprobs(list(probe), result.prompt_logprobs,
+                                                          cached)
     return Served(list(sample.token_ids), logprobs, beside, joined, left, cached,
-                  preemptions, step, loras_beside, prompt_logprobs, foreign)
+                  preemptions, step, loras_beside, prompt_logprobs, foreign, examples)
 
 
 def _lora_id(request: Any) -> int:
@@ -148,7 +151,7 @@ def _lora_id(request: Any) -> int:
 
 
 def _prompt_logprobs(prompt: list[int], entries: Any, cached: int
-                     ) -> tuple[torch.Tensor | None, int]:
+                     ) -> tuple[torch.Tensor | None, int, list[tuple[int, int, float]]]:
     """The logprob of each prompt token the engine computed (the first has no entry; the
     ``cached`` tokens a request read from the cache were not computed), in prompt order;
     and how many entries of the cached positions hold another token than the prompt's.
@@ -156,15 +159,19 @@ def _prompt_logprobs(prompt: list[int], entries: Any, cached: int
     every position, those of the cached ones (1 to ``cached``) read from an unwritten
     buffer (token ids like 671031216, logprobs like 4.6e-41)."""
     if entries is None:
-        return None, 0
+        return None, 0, []
     offset = len(prompt) - len(entries)  # (a shorter list: the last positions)
-    found, foreign = [], 0
+    found, foreign, examples = [], 0, []
     for i, entry in enumerate(entries):
         position = offset + i
         if not entry:
             continue
         if position <= cached:
-            foreign += prompt[position] not in entry
+            if prompt[position] not in entry:
+                foreign += 1
+                if len(examples) < 3:
+                    token, value = next(iter(entry.items()))
+                    examples.append((position, int(token), float(value.logprob)))
             continue
         found.append(entry[prompt[position]].logprob)
-    return torch.tensor(found, dtype=torch.float32), foreign
+    return torch.tensor(found, dtype=torch.float32), foreign, examples

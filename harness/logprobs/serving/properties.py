@@ -26,7 +26,7 @@ from harness.logprobs.serving.workload import (
 
 def _engine(prop: str, enabled: bool, dtype: str, knobs: dict[str, Any]) -> Any:
     """A ``VllmSource`` for ``prop`` (vLLM's switch as users turn it: the variable, read at
-    engine start): prefix caching on for ``prefix-cache``, a KV cache of
+    engine start): prefix caching on for ``prefix-cache`` and ``prompt-cache-read``, a KV cache of
     ``PREEMPT_BLOCKS`` blocks for ``preemption`` (``knobs`` override either)."""
     import os
 
@@ -37,7 +37,7 @@ def _engine(prop: str, enabled: bool, dtype: str, knobs: dict[str, Any]) -> Any:
     for key, value in vllm_source.engine_env(devices.device_kind()).items():
         os.environ.setdefault(key, value)
     engine: dict[str, Any] = {}
-    if prop == "prefix-cache":
+    if prop in ("prefix-cache", "prompt-cache-read"):
         engine["enable_prefix_caching"] = True
     if prop == "lora-mix":
         engine.update(enable_lora=True, max_loras=len(LORA_IDS),
@@ -104,6 +104,8 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
         report.compare("prefix cache hot vs cold", ref, got)
         require(report, got, prop)
         _prompt_orders(report, llm, params, cold_probe, warm, knobs)
+    elif prop == "prompt-cache-read":
+        first, second = _prompt_cache_read(report, llm, params, probe, gen, vocab, knobs)
     elif prop == "lora-mix":
         first, second = lora_mix(report, src, probe, vocab, knobs)
     else:  # preemption: the load takes the small KV cache from under the probe
@@ -125,6 +127,57 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
 #: the probe's prompt logprobs: its own tokens' (0 more), as vLLM's default leaves them
 #: (``skip_reading_prefix_cache`` unset: a prompt-logprob request computes every position)
 PROMPT = {"prompt_logprobs": 0}
+#: the same, read through the prefix cache where it hits (vLLM's opt-in), the entries as
+#: the engine gives them (no detokenizing: an entry naming a token id the tokenizer cannot
+#: decode raises in vLLM's output processor instead of coming back)
+CACHE_READ = {**PROMPT, "skip_reading_prefix_cache": False, "detokenize": False}
+
+
+def _prompt_cache_read(report: ServingReport, llm: Any, params: Callable[..., Any],
+                       probe: list[int], gen: torch.Generator, vocab: int,
+                       knobs: dict[str, Any]) -> tuple[Callable[[], Served],
+                                                       Callable[[], Served]]:
+    """prompt-cache-read: the probe's prompt logprobs with its 128-token prefix read from
+    the cache (``skip_reading_prefix_cache=False``) against the probe computed cold. The
+    positions computed in both compare as any prefix-cache values do (the switch decides
+    whether they may differ); an entry of a cached position must name the prompt's own token
+    whatever the switch (vLLM may leave the cached positions without entries, never with
+    another token's). ``knobs["clear_cache"]``: nothing cached, the vacuity control."""
+    prefix = torch.randint(3, vocab, (PREFIX_LEN,), generator=gen).tolist()
+    cold_probe, warm = prefix + probe[:16], prefix + probe[16:32]
+
+    def cold() -> Served:
+        llm.reset_prefix_cache()
+        return serve(llm, params, cold_probe, [], probe_extra=PROMPT)
+
+    def hot() -> Served:
+        llm.reset_prefix_cache()
+        serve(llm, params, warm, [], probe_steps=2)
+        if knobs.get("clear_cache"):
+            llm.reset_prefix_cache()
+        return serve(llm, params, cold_probe, [], probe_extra=CACHE_READ)
+
+    ref, got = cold(), hot()
+    report.compare("prompt logprobs read through the prefix cache vs cold", ref, got)
+    require(report, got, "prompt-cache-read")
+    report.condition["cached_positions_naming_another_token"] = got.prompt_foreign
+    if got.prompt_foreign:
+        seen = ", ".join(f"position {p}: token {t} logprob {v:.3g}"
+                         for p, t, v in got.foreign_examples)
+        # as users ask for it (detokenizing on, vLLM's default): what that request does
+        llm.reset_prefix_cache()
+        serve(llm, params, warm, [], probe_steps=2)
+        try:
+            serve(llm, params, cold_probe, [], probe_extra={**CACHE_READ, "detokenize": True})
+            default = "returned"
+        except OverflowError as exc:  # the detokenizer given a token id out of range
+            default = f"raised OverflowError: {exc}".splitlines()[0]
+        report.condition["with_detokenizing"] = default
+        report.wrong.append(
+            f"{got.prompt_foreign} of the {got.cached_tokens} prompt positions read from the "
+            f"prefix cache have prompt-logprob entries that name another token than the "
+            f"prompt's ({seen}); with detokenizing on, the request {default}")
+    return cold, hot
 
 
 def _prompt_orders(report: ServingReport, llm: Any, params: Callable[..., Any],

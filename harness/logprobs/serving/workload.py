@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-PROPERTIES = ("concurrent", "repeat-under-load", "prefix-cache", "preemption", "lora-mix")
+PROPERTIES = ("concurrent", "repeat-under-load", "prefix-cache", "preemption", "lora-mix",
+              "prompt-cache-read")
 #: lora-mix: two seeded adapters (ids 1 and 2) beside the base model (0)
 LORA_IDS = (1, 2)
 #: the probe must run beside at least this many other requests in one step
