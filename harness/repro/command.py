@@ -171,7 +171,7 @@ def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = No
                     raise ReproError(f"the shrunk script did not reproduce: {runs[-1].said()}")
             if first.code == FOUND and recipe.control:
                 control = run(interpreter, script, recipe.control, timeout=timeout,
-                              label="the control, the switch off")
+                              label="the control")
                 runs.append(control)
                 if control.code != FIXED:
                     raise ReproError(f"the control did not pass: {control.said()}: the script "
