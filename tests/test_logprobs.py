@@ -447,6 +447,9 @@ def test_conditions_name_what_differs_and_leave_out_where_it_ran() -> None:
 
     here = process_conditions(weights="abc")
     assert here["weights"] == "abc" and here["threads"] == str(torch.get_num_threads())
+    # plain str, never a subclass (torch.__version__ is a TorchVersion): pytest-xdist sends
+    # a report's properties through execnet, which refuses anything else
+    assert all(type(k) is str and type(v) is str for k, v in here.items()), here
     assert differences(here, {**here, "cpu": "99"}) == []
     assert differences(here, {**here, "OMP_NUM_THREADS": "7"}) == [
         f"OMP_NUM_THREADS: {here.get('OMP_NUM_THREADS', 'unset')} vs 7"]

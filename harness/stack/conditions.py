@@ -45,13 +45,14 @@ def process_conditions(**extra: Any) -> dict[str, str]:
     weights' digest)."""
     import torch
 
-    found = {"torch": torch.__version__, "threads": str(torch.get_num_threads()),
+    # plain str (torch.__version__ is a TorchVersion: pytest-xdist's execnet refuses it)
+    found = {"torch": str(torch.__version__), "threads": str(torch.get_num_threads()),
              "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
-             "float32_matmul_precision": torch.get_float32_matmul_precision(),
+             "float32_matmul_precision": str(torch.get_float32_matmul_precision()),
              "cpu": _current_cpu()}
     if hasattr(os, "sched_getaffinity"):
         found["affinity"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-    found.update({k: v for k, v in sorted(os.environ.items())
+    found.update({k: str(v) for k, v in sorted(os.environ.items())
                   if k.startswith(KERNEL_ENV_PREFIXES)})
     found.update({k: str(v) for k, v in extra.items()})
     return found
