@@ -42,6 +42,8 @@ SETTLE_S = 2.0
 #: starts: a loaded runner's slow start is not a hang
 START_S = 300.0
 _POLL_S = 0.05
+#: a node's id where host names do not tell nodes apart (containers on one host)
+NODE_ID_ENV = "NPU_REGRESS_NODE_ID"
 
 
 def backend_for(device_kind: str) -> str:
@@ -63,19 +65,88 @@ class RankError(RuntimeError):
 
 @dataclass
 class RankResult:
-    """What one rank returned, and the collective environment it saw at init."""
+    """What one rank returned, the collective environment it saw at init, and where it ran
+    (its node's id, the node's rank among the nodes, its own rank on the node)."""
 
     rank: int
     value: Any
     env_at_init: dict[str, str | None]
+    node: str = ""
+    node_rank: int = 0
+    local_rank: int = -1
+
+    def place(self) -> str:
+        return f"node {self.node} (node rank {self.node_rank}, local rank {self.local_rank})"
 
 
-def _describe_exit(code: int | None) -> str:
+def node_id() -> str:
+    """This machine's id among the nodes: ``$NPU_REGRESS_NODE_ID``, else its host name."""
+    import socket
+
+    return os.environ.get(NODE_ID_ENV) or socket.gethostname()
+
+
+def describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
     if code < 0:
         return f"was killed by {signal_name(-code)}"
     return f"exited with status {code}"
+
+
+def apply_env(env: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Set (a value) or remove (None) each name, before the process group starts (the
+    libraries read them at init); returns what the rank then sees."""
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    return {name: os.environ.get(name) for name in env}
+
+
+def init_group(backend: str, device_index: int, timeout: float, **how: Any) -> None:
+    """This rank's device (its index on the node), then its process group."""
+    import torch.distributed as dist
+
+    if backend == "hccl":
+        import torch
+        import torch_npu  # noqa: F401 - registers the hccl backend
+
+        torch.npu.set_device(device_index)
+    elif backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(device_index)
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout), **how)
+
+
+def run_body(fn: Callable[..., Any], rank: int, world: int, args: tuple[Any, ...],
+             failed_at: Path) -> Any:
+    """``fn(rank, world, *args)``; the time it raised, if it did, written before the group
+    is torn down: the rank that raised first is the cause, the others' broken connections
+    follow from it."""
+    import torch.distributed as dist
+
+    try:
+        return fn(rank, world, *args)
+    except BaseException:
+        failed_at.write_text(repr(time.time()))
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def arm_stack(folder: Path, rank: int, local_rank: int = -1) -> Any:
+    """A file this rank's Python stack is written to on ``STACK_SIGNAL`` (a hang); the
+    ``armed`` file says which process it is and its rank on the node."""
+    import faulthandler
+
+    stack_file = (folder / f"rank{rank}.stack").open("w")
+    faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
+    (folder / f"rank{rank}.armed").write_text(f"{os.getpid()} {local_rank}")
+    return stack_file
 
 
 def _rank_main(rank: int, world: int, backend: str, init_file: str, folder: str,
@@ -87,47 +158,20 @@ def _rank_main(rank: int, world: int, backend: str, init_file: str, folder: str,
 
     die_with_parent()
     out = Path(folder)
-    stack_file = (out / f"rank{rank}.stack").open("w")
-    import faulthandler
-
-    faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
-    (out / f"rank{rank}.armed").touch()
-    for name, value in env.items():  # before the process group: it reads them at init
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    seen = {name: os.environ.get(name) for name in env}
-    result: dict[str, Any] = {"env_at_init": seen}
+    stack_file = arm_stack(out, rank)
+    result: dict[str, Any] = {"env_at_init": apply_env(env)}
     code = 0
     try:
-        import torch.distributed as dist
+        import torch.distributed  # noqa: F401
 
         (out / f"rank{rank}.ready").touch()  # imports done: the check's time starts
-        if backend == "hccl":
-            import torch
-            import torch_npu  # noqa: F401 - registers the hccl backend
-
-            torch.npu.set_device(rank)
-        elif backend == "nccl":
-            import torch
-
-            torch.cuda.set_device(rank)
-        dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
-                                world_size=world, timeout=timedelta(seconds=timeout))
-        try:
-            fn, args = cloudpickle.loads(body)
-            result["value"] = fn(rank, world, *args)
-        except BaseException:
-            # when, before the group is torn down: the rank that raised first is the
-            # cause, the others' broken connections follow from it
-            result["failed_at"] = time.time()
-            raise
-        finally:
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
+        init_group(backend, rank, timeout, init_method=f"file://{init_file}", rank=rank,
+                   world_size=world)
+        fn, args = cloudpickle.loads(body)
+        result["value"] = run_body(fn, rank, world, args, out / f"rank{rank}.failed_at")
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, named by rank
-        result.setdefault("failed_at", time.time())
+        failed = out / f"rank{rank}.failed_at"
+        result["failed_at"] = float(failed.read_text()) if failed.exists() else time.time()
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()
         code = 1
@@ -144,17 +188,21 @@ def _read(folder: Path, rank: int) -> dict[str, Any] | None:
     return pickle.loads(path.read_bytes())
 
 
-def _stacks(procs: list[Any], folder: Path) -> dict[int, str]:
-    """The Python stacks of the ranks still alive (each armed its handler at start)."""
+def read_stacks(pids: Mapping[int, int], folder: Path) -> dict[int, str]:
+    """The Python stacks of the live ranks ``rank -> pid`` that armed their handler."""
     asked = []
-    for rank, proc in enumerate(procs):
-        if proc.exitcode is None and (folder / f"rank{rank}.armed").exists():
+    for rank, pid in pids.items():
+        if (folder / f"rank{rank}.armed").exists():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, STACK_SIGNAL)
+                os.kill(pid, STACK_SIGNAL)
                 asked.append(rank)
     time.sleep(STACK_WAIT_S if asked else 0)
     return {rank: (folder / f"rank{rank}.stack").read_text(errors="replace").strip()
             for rank in asked}
+
+
+def _stacks(procs: list[Any], folder: Path) -> dict[int, str]:
+    return read_stacks({r: p.pid for r, p in enumerate(procs) if p.exitcode is None}, folder)
 
 
 def _innermost(stack: str) -> str:
@@ -182,49 +230,67 @@ def _end(procs: list[Any]) -> None:
         proc.join(5.0)
 
 
-def _failure(procs: list[Any], folder: Path, first: int, backend: str) -> RankError:
+def _here(rank: int) -> str:
+    return ""
+
+
+def name_failure(world: int, backend: str, codes: Mapping[int, int | None],
+                 outs: Mapping[int, dict[str, Any] | None], first: int,
+                 stacks: dict[int, str], place: Callable[[int], str] = _here) -> RankError:
     """The cause among the ranks that ended badly: one killed by a signal before one that
     raised (the others' connection errors follow from it), else the one that raised first,
-    else the first seen."""
+    else the first seen. ``outs``: each rank's error, traceback and ``failed_at``;
+    ``place(rank)``: where it ran (its node, on more than one)."""
+    killed = [r for r, c in sorted(codes.items()) if c is not None and c < 0]
+    raised = sorted((o["failed_at"], r) for r, o in outs.items() if o and "failed_at" in o)
+    cause = killed[0] if killed else raised[0][1] if raised else first
+    out = outs.get(cause) or {}
+    what = out.get("error")
+    lines = [f"rank {cause} of {world} ({backend}){place(cause)} "
+             f"{describe_exit(codes.get(cause))}" + (f": {what}" if what else "")]
+    for rank, code in sorted(codes.items()):
+        if rank == cause or code == 0:
+            continue
+        err = (outs.get(rank) or {}).get("error")
+        state = "was still waiting (ended by the launcher)" if code is None else \
+            describe_exit(code)
+        lines.append(f"  then rank {rank}{place(rank)} {state}" + (f": {err}" if err else ""))
+    if out.get("traceback"):
+        lines.append(out["traceback"].rstrip())
+    return RankError("\n".join(lines), cause, stacks)
+
+
+def name_hang(world: int, backend: str, timeout: float, live: list[int],
+              stacks: dict[int, str], place: Callable[[int], str] = _here) -> RankError:
+    """The hung rank: the one not where the others wait, else the first still running."""
+    odd = _odd_one(stacks)
+    named = odd if odd is not None else live[0]
+    head = (f"rank {named} of {world} ({backend}){place(named)} hung: after {timeout:.0f} s "
+            f"it was at {_innermost(stacks.get(named, ''))}")
+    if odd is not None:
+        others = sorted(r for r in stacks if r != odd)
+        head += (f"; ranks {', '.join(map(str, others))} waited at "
+                 f"{_innermost(stacks[others[0]])}")
+    elif len(live) > 1:
+        head += f" (ranks {', '.join(map(str, live))} all still running)"
+    body = "\n".join(f"--- rank {r}{place(r)} ---\n{s}" for r, s in sorted(stacks.items()))
+    return RankError(f"{head}\n{body}", named, stacks)
+
+
+def _failure(procs: list[Any], folder: Path, first: int, backend: str) -> RankError:
     deadline = time.monotonic() + SETTLE_S
     while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
         time.sleep(_POLL_S)
     stacks = _stacks(procs, folder)
-    codes = [p.exitcode for p in procs]
-    killed = [r for r, c in enumerate(codes) if c is not None and c < 0]
+    codes = {r: p.exitcode for r, p in enumerate(procs)}
     outs = {r: _read(folder, r) for r in range(len(procs))}
-    raised = sorted((o["failed_at"], r) for r, o in outs.items() if o and "failed_at" in o)
-    cause = killed[0] if killed else raised[0][1] if raised else first
-    what = outs[cause].get("error") if outs[cause] else None
-    lines = [f"rank {cause} of {len(procs)} ({backend}) {_describe_exit(codes[cause])}"
-             + (f": {what}" if what else "")]
-    for rank, code in enumerate(codes):
-        if rank == cause or code == 0:
-            continue
-        err = outs[rank].get("error") if outs[rank] else None
-        state = "was still waiting (ended by the launcher)" if code is None else \
-            _describe_exit(code)
-        lines.append(f"  then rank {rank} {state}" + (f": {err}" if err else ""))
-    if outs[cause] and outs[cause].get("traceback"):
-        lines.append(outs[cause]["traceback"].rstrip())
-    return RankError("\n".join(lines), cause, stacks)
+    return name_failure(len(procs), backend, codes, outs, first, stacks)
 
 
 def _hung(procs: list[Any], folder: Path, timeout: float, backend: str) -> RankError:
     stacks = _stacks(procs, folder)
     live = [r for r, p in enumerate(procs) if p.exitcode is None]
-    odd = _odd_one(stacks)
-    named = odd if odd is not None else live[0]
-    head = (f"rank {named} of {len(procs)} ({backend}) hung: after {timeout:.0f} s it was at "
-            f"{_innermost(stacks.get(named, ''))}")
-    if odd is not None:
-        others = [r for r in stacks if r != odd]
-        head += (f"; ranks {', '.join(map(str, others))} waited at "
-                 f"{_innermost(stacks[others[0]])}")
-    elif len(live) > 1:
-        head += f" (ranks {', '.join(map(str, live))} all still running)"
-    body = "\n".join(f"--- rank {r} ---\n{s}" for r, s in stacks.items())
-    return RankError(f"{head}\n{body}", named, stacks)
+    return name_hang(len(procs), backend, timeout, live, stacks)
 
 
 def run_ranks(fn: Callable[..., Any], args: tuple[Any, ...] = (), *, world: int,
@@ -280,7 +346,8 @@ def run_ranks(fn: Callable[..., Any], args: tuple[Any, ...] = (), *, world: int,
             if out is None or "value" not in out:
                 raise RankError(f"rank {rank} of {world} ({backend}) exited with status 0 "
                                 "but left no result", rank)
-            results.append(RankResult(rank, out["value"], out["env_at_init"]))
+            results.append(RankResult(rank, out["value"], out["env_at_init"], node_id(), 0,
+                                      rank))
         return results
     finally:
         _end(procs)
