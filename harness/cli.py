@@ -83,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     from harness.repro.command import add_parser as add_repro
 
     add_repro(top)
+    from harness.collectives.launchers import node
+
+    node.add_arguments(top.add_parser(
+        "ranks-node", help="a fleet's other node: run its ranks of the collectives checks "
+        "that node 0 posts (--ranks-launcher torchrun; docs/collectives.md)"))
     top.add_parser("bisect", add_help=False,
                    help="from a red night to the first bad release (npu-regress bisect -h)")
     return parser
@@ -109,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.drift.adopt import update
 
         return update(args.results, _expectation_tables, check=args.check)
+    if args.command == "ranks-node":
+        from harness.collectives.launchers import node
+
+        return node.main(args)
     if args.command == "repro":
         from harness.repro.command import main as repro
 

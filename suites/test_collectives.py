@@ -10,7 +10,11 @@ message of up to 512 rows). ``switch``: the ranks start their process group with
 what the target's switch set (read after running it, checked against ``declared.toml``);
 ``none``: the inverse control, every declared setting removed. Fewer than 3 ranks cannot
 show summation order: the size property is then vacuous, never a pass. On an accelerator
-runner run this file without ``-n`` (xdist pins each worker's children to one device)."""
+runner run this file without ``-n`` (xdist pins each worker's children to one device).
+
+Across nodes (``--ranks-launcher torchrun``): the ranks come from torch's elastic agent on
+every node; a mismatch names each rank's node and local rank, and a run whose ranks did not
+span the nodes it claims is vacuous, never a pass (docs/collectives.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import pytest
 
 from harness.collectives import ops
 from harness.collectives.case import run_collective_case, world_for
-from harness.collectives.expected import expect, judge_sizes, vacuous
+from harness.collectives.expected import expect, judge_sizes, vacuous, vacuous_nodes
 from harness.collectives.ranks import backend_for
 from harness.collectives.settings import SETTINGS, declared_settings
 from harness.collectives.settings import judge as settings_judge
@@ -37,12 +41,15 @@ def test_collective(invariance_target: InvarianceTarget, collective: str, how: s
     if not declared_settings(target):
         pytest.skip(f"{target.name}: {target.release()} declares no collective settings "
                     "(harness/invariance/declared.toml); its collectives are the backend's own")
-    device = request.config.stash[SESSION_KEY].device
-    world, backend = world_for(device.kind), backend_for(device.kind)
-    budget = target.time_budget(request.config.stash[SESSION_KEY].timeout)
+    session = request.config.stash[SESSION_KEY]
+    launch = session.ranks
+    world, backend = world_for(session.device.kind, launch), backend_for(session.device.kind)
+    budget = target.time_budget(session.timeout)
     got = run_on_npu(run_collective_case, target.name, how, collective, world, backend,
-                     env=target.switch_env(how == "switch"), timeout=budget).value
+                     launch=launch, env=target.switch_env(how == "switch"),
+                     timeout=budget).value
     reading = got["reading"]
+    record_property("collective_nodes", sorted(set(got["nodes"].values())))
     record_property("collective_rows", [reading.row(d) for d in reading.dtypes])
     record_property("collective_settings", got["applied"].env)
     release = target.release()
@@ -56,7 +63,7 @@ def test_collective(invariance_target: InvarianceTarget, collective: str, how: s
         if release != target.name and (problems or (how == "switch" and backend != "gloo")):
             record_property("release_finding", release)
         pytest.fail("\n- ".join(["", *problems, *on_backend]).lstrip("\n"), pytrace=False)
-    why = vacuous(reading, backend)
+    why = vacuous_nodes(got["nodes"], launch.nnodes) or vacuous(reading, backend)
     if why:
         record_property("vacuous", why)
         pytest.fail(why, pytrace=False)

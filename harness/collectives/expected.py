@@ -141,3 +141,14 @@ def vacuous(reading: Any, backend: str) -> str | None:
             "2-rank sum is the same in either order); the size property needs 3 or more "
             "ranks (NPU_REGRESS_COLLECTIVE_RANKS; without -n on an accelerator runner): "
             "not a pass")
+
+
+def vacuous_nodes(nodes: dict[int, str], claimed: int) -> str | None:
+    """Why a run that claims ``claimed`` nodes did not show it (fewer distinct node ids among
+    its ranks), or None: a cross-node property not seen across nodes is not a pass."""
+    seen = sorted(set(nodes.values()))
+    if claimed <= 1 or len(seen) >= claimed:
+        return None
+    return (f"vacuous: {claimed} nodes claimed (--ranks-nnodes), but the group's {len(nodes)} "
+            f"ranks ran on {len(seen)} ({', '.join(seen)}): give each node a distinct host "
+            "name or $NPU_REGRESS_NODE_ID; not a pass")

@@ -10,7 +10,8 @@ Ours: ``fixed_order_all_reduce`` (all-gather, then the ranks summed in rank orde
 of all-reduce a batch-invariant stack registers; invariant by construction, the family's
 positive control) and ``order_varying_all_reduce``, the negative control: the ranks summed
 in an order that rotates with the message size, which must fail the size property on 3 or
-more ranks (a 2-rank sum is the same in either order).
+more ranks (a 2-rank sum is the same in either order); and ``node_skewed_all_reduce``, the
+cross-node control: the ranks of every node but node 0 one ULP off.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def all_reduce(rows: Rows, n: int, rank: int, world: int) -> dict[int, torch.Ten
 
     x = _to_device(_message(rows, n))
     dist.all_reduce(x)
-    return {p: x[p].cpu() for p in positions(n)}
+    return {p: x[p].cpu().clone() for p in positions(n)}
 
 
 def reduce_scatter(rows: Rows, n: int, rank: int, world: int) -> dict[int, torch.Tensor]:
@@ -54,7 +55,7 @@ def reduce_scatter(rows: Rows, n: int, rank: int, world: int) -> dict[int, torch
     x = _to_device(torch.cat([_message(rows, n, block) for block in range(world)]))
     out = torch.empty_like(x[:n])
     dist.reduce_scatter_tensor(out, x)
-    return {p: out[p].cpu() for p in positions(n)}
+    return {p: out[p].cpu().clone() for p in positions(n)}
 
 
 def all_gather(rows: Rows, n: int, rank: int, world: int) -> dict[int, torch.Tensor]:
@@ -87,7 +88,7 @@ def fixed_order_all_reduce(rows: Rows, n: int, rank: int, world: int
     """All-gather, then rank 0 + rank 1 + ... elementwise: no order depends on the size."""
     parts = _gathered(_to_device(_message(rows, n)), world)
     out = _sum_in(parts, list(range(world)))
-    return {p: out[p].cpu() for p in positions(n)}
+    return {p: out[p].cpu().clone() for p in positions(n)}
 
 
 def order_varying_all_reduce(rows: Rows, n: int, rank: int, world: int
@@ -95,7 +96,19 @@ def order_varying_all_reduce(rows: Rows, n: int, rank: int, world: int
     """The negative control: the summation starts at rank ``n % world``."""
     parts = _gathered(_to_device(_message(rows, n)), world)
     out = _sum_in(parts, [(n + i) % world for i in range(world)])
-    return {p: out[p].cpu() for p in positions(n)}
+    return {p: out[p].cpu().clone() for p in positions(n)}
+
+
+def node_skewed_all_reduce(rows: Rows, n: int, rank: int, world: int
+                           ) -> dict[int, torch.Tensor]:
+    """The cross-node control: an all-reduce whose ranks on any node but node 0 (torchrun's
+    ``GROUP_RANK``) hold their sum one ULP up: the ranks property must name them by node."""
+    import os
+
+    got = all_reduce(rows, n, rank, world)
+    if int(os.environ.get("GROUP_RANK", "0")) == 0:
+        return got
+    return {p: torch.nextafter(x, torch.full_like(x, float("inf"))) for p, x in got.items()}
 
 
 COLLECTIVES: dict[str, Callable[..., dict[int, Any]]] = {
@@ -107,10 +120,11 @@ COLLECTIVES: dict[str, Callable[..., dict[int, Any]]] = {
 #: the negative control, kept out of the suite's list: it must fail
 CONTROLS: dict[str, Callable[..., dict[int, Any]]] = {
     "order_varying_all_reduce": order_varying_all_reduce,
+    "node_skewed_all_reduce": node_skewed_all_reduce,
 }
 #: collectives that reduce (order can show); all_gather only moves bits
 REDUCING = ("all_reduce", "reduce_scatter", "fixed_order_all_reduce",
-            "order_varying_all_reduce")
+            "order_varying_all_reduce", "node_skewed_all_reduce")
 
 
 def get(name: str) -> Callable[..., dict[int, Any]]:

@@ -69,6 +69,9 @@ class CollectiveMismatch:
     row: int
     detail: str
     rank: int = 0
+    #: where ``rank`` and rank 0 ran, on more than one node (``RankResult.place``)
+    place: str = ""
+    ref_place: str = ""
     #: the size of a difference: ULP distance and |diff| (``harness.drift.bits``)
     ulp: int = 0
     max_abs: float = 0.0
@@ -80,8 +83,10 @@ class CollectiveMismatch:
         if self.prop == "repeat":
             return f"{where}: differs between two runs of the same message"
         if self.prop == "ranks":
-            return f"{where}: rank {self.rank} holds other bits than rank 0 ({self.detail})"
-        return f"{where}: rank {self.rank}'s gathered row is not its input ({self.detail})"
+            return (f"{where}: rank {self.rank}{self.place} holds other bits than rank 0"
+                    f"{self.ref_place} ({self.detail})")
+        return (f"{where}: rank {self.rank}{self.place}'s gathered row is not its input "
+                f"({self.detail})")
 
 
 @dataclass
@@ -95,6 +100,8 @@ class Reading:
     mismatches: list[CollectiveMismatch] = field(default_factory=list)
     #: dtype -> whether the inputs can show summation order on this many ranks
     order_shows: dict[str, bool] = field(default_factory=dict)
+    #: rank -> where it ran (" on node N (node rank K, local rank L)"), across nodes only
+    places: dict[int, str] = field(default_factory=dict)
 
     def of(self, prop: str, dtype: str | None = None) -> list[CollectiveMismatch]:
         return [m for m in self.mismatches
@@ -122,9 +129,12 @@ class Reading:
 
 
 def read(collective: str, world: int, values: list[dict[str, Any]], sizes: tuple[int, ...],
-         dtypes: tuple[str, ...], seed: int = 0) -> Reading:
-    """Parent side: every rank's ``measure`` values, read into mismatches."""
-    reading = Reading(collective, world, sizes, dtypes)
+         dtypes: tuple[str, ...], seed: int = 0, places: dict[int, str] | None = None
+         ) -> Reading:
+    """Parent side: every rank's ``measure`` values, read into mismatches; ``places``: where
+    each rank ran, named in a mismatch (ranks on more than one node)."""
+    reading = Reading(collective, world, sizes, dtypes, places=dict(places or {}))
+    here = reading.places.get
     reducing = collective in ops.REDUCING
     for dtype in dtypes:
         reading.order_shows[dtype] = reducing and inputs.order_shows(world, dtype, seed)
@@ -141,23 +151,26 @@ def read(collective: str, world: int, values: list[dict[str, Any]], sizes: tuple
                         "sizes", dtype, n, p, _diff(row, alone), ulp=size[2],
                         max_abs=size[1]))
             if collective == "all_gather":
-                reading.mismatches.extend(_gather_exact(got["rows"], world, dtype, n, seed))
+                reading.mismatches.extend(_gather_exact(got["rows"], world, dtype, n, seed,
+                                                        reading.places))
             elif collective != "reduce_scatter":  # each rank holds its own shard there
                 for rank, other in enumerate(values[1:], start=1):
                     for p, row in other[dtype]["sizes"][n]["rows"].items():
                         if not _same(row, got["rows"][p]):
                             reading.mismatches.append(CollectiveMismatch(
-                                "ranks", dtype, n, p, _diff(row, got["rows"][p]), rank))
+                                "ranks", dtype, n, p, _diff(row, got["rows"][p]), rank,
+                                here(rank, ""), here(0, "")))
     return reading
 
 
-def _gather_exact(rows: dict[int, torch.Tensor], world: int, dtype: str, n: int, seed: int
-                  ) -> list[CollectiveMismatch]:
+def _gather_exact(rows: dict[int, torch.Tensor], world: int, dtype: str, n: int, seed: int,
+                  places: dict[int, str]) -> list[CollectiveMismatch]:
     found = []
     for rank in range(world):
         expected = inputs.block(rank, 0, dtype, seed)
         for p, gathered in rows.items():
             if not _same(gathered[rank], expected[p]):
                 found.append(CollectiveMismatch("exact", dtype, n, p,
-                                                _diff(gathered[rank], expected[p]), rank))
+                                                _diff(gathered[rank], expected[p]), rank,
+                                                places.get(rank, "")))
     return found

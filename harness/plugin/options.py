@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from harness.collectives.launchers import LaunchSpec
+from harness.collectives.launchers.protocol import KINDS as LAUNCH_KINDS
 from harness.invariance import BUILTIN_TARGETS
 from harness.isolation.server import DEFAULT_PRELOAD
 from harness.stack.devices import KINDS
@@ -78,6 +80,32 @@ def add_options(parser: pytest.Parser) -> None:
         "one is missing fails, naming it, and a missing one fails the run. Default: ini "
         "harness_require (none).",
     )
+    ranks = parser.getgroup("npu-regress ranks", "npu-regress: where a collectives check's "
+                            "ranks run (torchrun's options, also read from its PET_* variables)")
+    ranks.addoption(
+        "--ranks-launcher", dest="ranks_launcher", choices=LAUNCH_KINDS, default=None,
+        help="spawn (default): the ranks are children of the check on this machine; "
+        "torchrun: torch's elastic agent on every node (c10d rendezvous at "
+        "--ranks-rdzv-endpoint), the other nodes running `npu-regress ranks-node --serve`.")
+    ranks.addoption("--ranks-nnodes", dest="ranks_nnodes", type=int, default=None, metavar="N",
+                    help="nodes in the group (torchrun --nnodes; $PET_NNODES)")
+    ranks.addoption("--ranks-nproc-per-node", dest="ranks_nproc_per_node", type=int,
+                    default=None, metavar="N",
+                    help="ranks per node (torchrun --nproc-per-node; $PET_NPROC_PER_NODE)")
+    ranks.addoption("--ranks-rdzv-endpoint", dest="ranks_rdzv_endpoint", default=None,
+                    metavar="HOST:PORT",
+                    help="node 0's rendezvous address, this machine's (torchrun "
+                    "--rdzv-endpoint; $PET_RDZV_ENDPOINT)")
+    ranks.addoption("--ranks-node-rank", dest="ranks_node_rank", type=int, default=None,
+                    metavar="K", help="must be 0: the checks run on node 0 (torchrun "
+                    "--node-rank; $PET_NODE_RANK)")
+    ranks.addoption("--ranks-store-port", dest="ranks_store_port", type=int, default=None,
+                    metavar="PORT", help="port of node 0's job and results store (default: "
+                    "the rendezvous port + 1)")
+    ranks.addoption("--ranks-loopback", dest="ranks_loopback", action="store_true",
+                    default=False,
+                    help="start every node's agent on this machine, each under a host name "
+                    "of its own (a dry run of a fleet; free ports unless an endpoint is given)")
     parser.addini("harness_results", "default for --harness-results", default="")
     parser.addini("harness_require", "default for --harness-require", default="")
     parser.addini("harness_device", "default for --device", default="auto")
@@ -132,3 +160,22 @@ def preload(config: pytest.Config) -> tuple[tuple[str, ...], bool]:
     explicit = config.getoption("harness_isolation_preload") is not None \
         or config.getini("harness_isolation_preload") != ",".join(DEFAULT_PRELOAD)
     return modules, explicit
+
+
+def ranks_launch(config: pytest.Config) -> LaunchSpec:
+    """Where the collectives' ranks run (``--ranks-*``, else torchrun's ``PET_*``)."""
+    get = config.getoption
+    try:
+        spec = LaunchSpec.from_options(
+            get("ranks_launcher"), get("ranks_nnodes"), get("ranks_nproc_per_node"),
+            get("ranks_rdzv_endpoint"), get("ranks_node_rank"), get("ranks_store_port"),
+            bool(get("ranks_loopback")))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    workers = getattr(config.option, "numprocesses", None)
+    if spec.kind == "torchrun" and spec.rdzv_endpoint and workers:
+        raise pytest.UsageError(
+            f"--ranks-launcher torchrun with -n {workers}: the nodes serve one job at a time "
+            "at one rendezvous endpoint; run the collectives without -n (or with "
+            "--ranks-loopback and no endpoint: free ports per job)")
+    return spec

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from harness.collectives.launchers import LaunchSpec
 from harness.hardware import NpuVersions, detect_in_child
 from harness.isolation import reaper
 from harness.isolation.run import Launcher, resolve_launcher
@@ -68,6 +69,8 @@ class HarnessSession:
     warm_plan: Any = None
     #: whether --isolation-preload / its ini key was given (kept under a warm-up)
     preload_explicit: bool = False
+    #: where the collectives' ranks run (``--ranks-launcher``...)
+    ranks: LaunchSpec = field(default_factory=LaunchSpec)
     _launcher: Launcher | None = field(default=None, repr=False)
     _server: ReplacingForkServer | None = field(default=None, repr=False)
     _previous_sigterm: Any = field(default=None, repr=False)
@@ -175,12 +178,13 @@ def open_session(config: pytest.Config) -> HarnessSession:
             device = detect(options.option(config, "harness_device"), count)
         method = options.isolation_method(config)
         preload, explicit = options.preload(config)
+        ranks = options.ranks_launch(config)
     except DeviceError as exc:
         raise pytest.UsageError(str(exc)) from None
     session = HarnessSession(
         device=device, timeout=timeout, method=method, preload=preload, npu=npu,
         worker_id=workerinput.get("workerid") if workerinput else None,
-        preload_explicit=explicit)
+        preload_explicit=explicit, ranks=ranks)
     return session
 
 

@@ -141,6 +141,26 @@ def _key(job_id: str, node_rank: int) -> str:
     return f"{job_id}/node{node_rank}"
 
 
+#: a store value's size limit is 8 MiB (c10d's libuv server): a report goes in parts
+PART_BYTES = 4 << 20
+
+
+def put(store: Any, key: str, value: Any) -> None:
+    """``value`` under ``key`` in parts the store takes; ``key`` itself (the part count)
+    last, so that a reader who sees it finds every part."""
+    data = pickle.dumps(value)
+    parts = [data[i:i + PART_BYTES] for i in range(0, len(data), PART_BYTES)] or [b""]
+    for i, part in enumerate(parts):
+        store.set(f"{key}/part{i}", part)
+    store.set(key, str(len(parts)))
+
+
+def take(store: Any, key: str) -> Any:
+    """What ``put`` left under ``key``."""
+    count = int(store.get(key))
+    return pickle.loads(b"".join(store.get(f"{key}/part{i}") for i in range(count)))
+
+
 def once(host: str, port: int, node_rank: int) -> int:
     """Read the leader's job, run this node's part, put the report back."""
     store = connect(host, port, CONNECT_S)
@@ -149,7 +169,7 @@ def once(host: str, port: int, node_rank: int) -> int:
 
     def publish(report: dict[str, Any]) -> None:
         with lock:
-            store.set(_key(job["id"], node_rank), pickle.dumps(report))
+            put(store, _key(job["id"], node_rank), report)
 
     run_job(job, node_rank, publish)
     return 0

@@ -73,7 +73,9 @@ class LaunchSpec:
                                  + (", e.g. 2" if raw is None else ""))
             values[name] = raw
         endpoint = values["rdzv_endpoint"] or ""
-        if endpoint.rpartition(":")[2].isdigit() is False or not endpoint.rpartition(":")[0]:
+        if loopback and not endpoint:
+            pass  # free ports on this machine, chosen per job
+        elif not endpoint.rpartition(":")[2].isdigit() or not endpoint.rpartition(":")[0]:
             raise ValueError(f"--ranks-rdzv-endpoint {endpoint!r} (or $PET_RDZV_ENDPOINT): "
                              "give node 0's HOST:PORT, e.g. 10.0.0.1:29400")
         if int(values["node_rank"] or 0) != 0:

@@ -13,6 +13,7 @@ what it started here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import pickle
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.collectives import ranks
+from harness.collectives.launchers import node
 from harness.collectives.launchers.protocol import LaunchSpec
 from harness.collectives.ranks import RankError, RankResult
 
@@ -46,6 +48,14 @@ def _uts_namespaces() -> bool:
     probe = subprocess.run(["unshare", "--uts", "sh", "-c", "hostname npu-regress-probe"],
                            capture_output=True, timeout=30)
     return probe.returncode == 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class TorchrunLauncher:
@@ -78,6 +88,10 @@ class TorchrunLauncher:
         if world != spec.world:
             raise ValueError(f"world={world}: torchrun runs {spec.nnodes} node(s) x "
                              f"{spec.nproc_per_node} rank(s) = {spec.world}")
+        if not spec.rdzv_endpoint:  # loopback: free ports, chosen per job
+            spec = dataclasses.replace(spec, rdzv_endpoint=f"127.0.0.1:{_free_port()}",
+                                       store_port=_free_port())
+            self.spec = spec
         host, _ = spec.host_port()
         port = spec.results_port()
         job_id = f"npu-regress-{uuid.uuid4().hex[:12]}"
@@ -120,7 +134,7 @@ class TorchrunLauncher:
         while True:
             missing = [k for k in range(n) if not self._store.check([keys[k]])]
             if not missing:
-                return {k: pickle.loads(self._store.get(keys[k])) for k in range(n)}
+                return {k: node.take(self._store, keys[k]) for k in range(n)}
             now = time.monotonic()
             for k in missing:
                 proc = procs.get(k)
