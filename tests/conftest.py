@@ -57,7 +57,12 @@ E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_p
        "tests/test_ledger.py::test_a_new_failure_in_a_ledger_case_is_not_the_known_finding",
        "tests/test_switch_controls.py::test_the_release_finding_reaches_the_results_file",
        # four gloo ranks a case, killed, raising and hung: the containment of ranks
-       "tests/test_collectives.py::test_a_failed_rank_is_named_and_none_survives")
+       "tests/test_collectives.py::test_a_failed_rank_is_named_and_none_survives",
+       # two loopback nodes of two ranks: a rank killed, raising and hung on node 1, a
+       # fleet node serving jobs, the suite's case in an inner run
+       "tests/test_collectives_nodes.py::test_a_rank_failing_on_node_1_is_named_and_nothi",
+       "tests/test_collectives_nodes.py::test_a_fleet_node_serves_one_job_after_another",
+       "tests/test_collectives_nodes.py::test_the_suite_case_passes_on_two_nodes_and_recor")
 #: pytest plugins of the upstream stack (verl's and vLLM's dependencies) that no test of
 #: ours uses: each inner pytest run pays ~0.8 s importing them (hypothesis 0.64 s). The fast
 #: loop leaves them out of its inner runs; CI (and any run that keeps the e2e tests) keeps

@@ -1,0 +1,191 @@
+"""Ranks across nodes (issue 60), as two nodes on loopback: two torchrun agents (torch's
+elastic agent, c10d rendezvous) of 2 gloo ranks each, node 1 under a host name of its own.
+
+- the suite's case passes on 4 ranks over 2 nodes and records both nodes;
+- a rank on node 1 that holds another sum than node 0's ranks is named by node and rank;
+- a rank killed, raising or hung on node 1 is named with its node, and no process the check
+  started is left on either node;
+- a fleet's other node (``npu-regress ranks-node --serve``) takes one job after another;
+- a run whose ranks did not span the nodes it claims is vacuous, and bad options are usage
+  errors naming the option.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from xml.etree import ElementTree
+
+import psutil
+import pytest
+
+from harness.collectives import expected, properties
+from harness.collectives.launchers import LaunchSpec, get
+from harness.collectives.launchers.protocol import PET
+from harness.collectives.launchers.torchrun import LOOPBACK_NAME, _free_port, _uts_namespaces
+from harness.collectives.ranks import RankError, node_id
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = (1, 2, 3, 7)
+TWO_NODES = LaunchSpec("torchrun", nnodes=2, nproc_per_node=2, loopback=True)
+NODE1 = LOOPBACK_NAME.format(k=1)
+
+
+def test_a_rank_on_node_1_with_another_sum_is_named_by_node_and_rank() -> None:
+    got = get(TWO_NODES).run(properties.measure, ("node_skewed_all_reduce", ("float32",),
+                                                  SIZES), world=4, backend="gloo", timeout=60)
+    assert [(r.rank, r.node_rank, r.local_rank) for r in got] == \
+        [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+    assert {r.node for r in got} == {node_id(), NODE1}
+    places = {r.rank: f" on {r.place()}" for r in got}
+    reading = properties.read("node_skewed_all_reduce", 4, [r.value for r in got], SIZES,
+                              ("float32",), places=places)
+    named = {m.rank for m in reading.of("ranks")}
+    assert named == {2, 3}, reading.mismatches  # node 1's ranks, and only them
+    sentence = reading.of("ranks")[0].sentence("node_skewed_all_reduce")
+    assert f"rank 2 on node {NODE1} (node rank 1, local rank 0) holds other bits than " \
+           f"rank 0 on node {node_id()} (node rank 0, local rank 0)" in sentence, sentence
+    assert expected.vacuous_nodes({r.rank: r.node for r in got}, 2) is None
+
+
+def _pid(folder: str, rank: int) -> None:
+    Path(folder, f"pid{rank}").write_text(str(os.getpid()))
+
+
+def _fails_on_node_1(rank: int, world: int, folder: str, how: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    _pid(folder, rank)
+    dist.all_reduce(torch.ones(4))
+    if rank == 3:
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "raise":
+            raise ValueError("rank 3's own error")
+        time.sleep(600)
+    dist.all_reduce(torch.ones(4))
+
+
+def _started_by(job_pids: list[int]) -> list[psutil.Process]:
+    """Processes of this test's job still running: the ranks, and any node process or
+    agent (``harness.collectives.launchers.node``) still alive."""
+    left = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.pid in job_pids or "harness.collectives.launchers.node" in \
+                    " ".join(proc.cmdline()):
+                left.append(proc)
+        except psutil.Error:
+            continue
+    return left
+
+
+@pytest.mark.parametrize(("how", "says"), [
+    ("kill", f"rank 3 of 4 (gloo) on node {NODE1} (node rank 1, local rank 1) was killed by "
+             "SIGKILL"),
+    ("raise", f"rank 3 of 4 (gloo) on node {NODE1} (node rank 1, local rank 1) exited with "
+              "status 1: ValueError: rank 3's own error"),
+    ("hang", f"rank 3 of 4 (gloo) on node {NODE1} (node rank 1, local rank 1) hung: after 6 s "
+             "it was at"),
+])
+def test_a_rank_failing_on_node_1_is_named_and_nothing_is_left(how: str, says: str,
+                                                               tmp_path: Path) -> None:
+    with pytest.raises(RankError) as caught:
+        get(TWO_NODES).run(_fails_on_node_1, (str(tmp_path), how), world=4, backend="gloo",
+                           timeout=6)
+    text = str(caught.value)
+    assert caught.value.rank == 3 and text.startswith(says), text
+    if how == "hang":  # the others named where they waited, on both nodes
+        assert "ranks 0, 1, 2 waited at" in text.splitlines()[0], text
+        assert f"--- rank 0 on node {node_id()} (node rank 0, local rank 0) ---" in text
+    pids = [int(p.read_text()) for p in tmp_path.glob("pid*")]
+    assert len(pids) == 4, pids
+    assert _started_by(pids) == []
+
+
+def _serve(store_port: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "harness", "ranks-node", "--serve", "--store",
+           f"127.0.0.1:{store_port}", "--node-rank", "1", "--idle-exit", "30"]
+    env = dict(os.environ)
+    if _uts_namespaces():
+        cmd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', NODE1, *cmd]
+    else:
+        env["NPU_REGRESS_NODE_ID"] = NODE1
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def test_a_fleet_node_serves_one_job_after_another() -> None:
+    """Node 1 as a fleet runs it: ``npu-regress ranks-node --serve`` started on its own, the
+    checks on node 0 at a fixed endpoint; two jobs, the second the cross-node control."""
+    store_port = _free_port()
+    spec = LaunchSpec("torchrun", nnodes=2, nproc_per_node=2,
+                      rdzv_endpoint=f"127.0.0.1:{_free_port()}", store_port=store_port)
+    server = _serve(store_port)
+    try:
+        first = get(spec).run(properties.measure, ("fixed_order_all_reduce", ("float32",),
+                                                   SIZES), world=4, backend="gloo",
+                              timeout=60)
+        second = get(spec).run(properties.measure, ("node_skewed_all_reduce", ("float32",),
+                                                    SIZES), world=4, backend="gloo",
+                               timeout=60)
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert {r.node for r in first} == {node_id(), NODE1}
+    fine = properties.read("fixed_order_all_reduce", 4, [r.value for r in first], SIZES,
+                           ("float32",))
+    assert fine.mismatches == []
+    skewed = properties.read("node_skewed_all_reduce", 4, [r.value for r in second], SIZES,
+                             ("float32",))
+    assert {m.rank for m in skewed.of("ranks")} == {2, 3}
+
+
+def test_the_suite_case_passes_on_two_nodes_and_records_them(tmp_path: Path) -> None:
+    """The suite's own case, through pytest: 4 ranks on 2 loopback nodes."""
+    junit = tmp_path / "junit.xml"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites/test_collectives.py", "-p", "no:cacheprovider",
+         "-q", "--bi-target", "reference", "-k", "fixed_order_all_reduce and switch",
+         "--ranks-launcher", "torchrun", "--ranks-nnodes", "2", "--ranks-nproc-per-node", "2",
+         "--ranks-loopback", f"--junitxml={junit}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    case = ElementTree.parse(junit).getroot().find(".//testcase")
+    assert case is not None and case.find("failure") is None and case.find("skipped") is None
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["collective_nodes"] == str(sorted({node_id(), NODE1})), props
+    assert "fixed_order_all_reduce float32 x4: sizes 0 of 11 differ" in \
+        props["collective_rows"], props
+
+
+def test_ranks_on_fewer_nodes_than_claimed_are_vacuous() -> None:
+    why = expected.vacuous_nodes({0: "a", 1: "a", 2: "a", 3: "a"}, 2)
+    assert why and why.startswith("vacuous: 2 nodes claimed (--ranks-nnodes), but the "
+                                  "group's 4 ranks ran on 1 (a)")
+    assert expected.vacuous_nodes({0: "a", 1: "a"}, 1) is None
+
+
+def test_options_fall_back_to_torchrun_s_variables_and_bad_ones_name_the_fix() -> None:
+    env = {PET["nnodes"]: "2", PET["nproc_per_node"]: "4", PET["rdzv_endpoint"]: "10.0.0.1:29400",
+           PET["node_rank"]: "0"}
+    spec = LaunchSpec.from_options("torchrun", None, None, None, None, None, False, env)
+    assert (spec.nnodes, spec.nproc_per_node, spec.world) == (2, 4, 8)
+    assert spec.host_port() == ("10.0.0.1", 29400) and spec.results_port() == 29401
+    assert LaunchSpec.from_options(None, None, None, None, None, None, False, env).kind == \
+        "spawn"
+    for args, says in [
+        ((None, 4, "h:1", 0), "--ranks-nnodes None (or $PET_NNODES): give a whole number"),
+        ((2, 4, "nohost", 0), "--ranks-rdzv-endpoint 'nohost'"),
+        ((2, 4, "h:1", 1), "--ranks-node-rank 1: the checks run on node 0"),
+    ]:
+        with pytest.raises(ValueError) as caught:
+            LaunchSpec.from_options("torchrun", *args, None, False, {})
+        assert str(caught.value).startswith(says), str(caught.value)
