@@ -26,7 +26,7 @@ def _lint(paths: list[Path]) -> subprocess.CompletedProcess[str]:
 
 
 def test_workflows_pass_the_github_workflow_schema() -> None:
-    assert [p.name for p in WORKFLOWS] == ["nightly.yml", "pr-cpu.yml"]
+    assert [p.name for p in WORKFLOWS] == ["multinode.yml", "nightly.yml", "pr-cpu.yml"]
     proc = _lint(WORKFLOWS)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

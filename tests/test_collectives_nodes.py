@@ -155,7 +155,8 @@ def test_the_suite_case_passes_on_two_nodes_and_records_them(tmp_path: Path) -> 
         [sys.executable, "-m", "pytest", "suites/test_collectives.py", "-p", "no:cacheprovider",
          "-q", "--bi-target", "reference", "-k", "fixed_order_all_reduce and switch",
          "--ranks-launcher", "torchrun", "--ranks-nnodes", "2", "--ranks-nproc-per-node", "2",
-         "--ranks-loopback", f"--junitxml={junit}"],
+         "--ranks-loopback", f"--junitxml={junit}",
+         f"--harness-results={tmp_path / 'results.jsonl'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     case = ElementTree.parse(junit).getroot().find(".//testcase")
