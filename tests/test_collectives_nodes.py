@@ -26,8 +26,9 @@ import pytest
 from harness.collectives import expected, properties
 from harness.collectives.launchers import LaunchSpec, get
 from harness.collectives.launchers.protocol import PET
-from harness.collectives.launchers.torchrun import LOOPBACK_NAME, _free_port, _uts_namespaces
+from harness.collectives.launchers.torchrun import LOOPBACK_NAME, _uts_namespaces
 from harness.collectives.ranks import RankError, node_id
+from harness.stack.network import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (1, 2, 3, 7)
@@ -125,9 +126,9 @@ def _serve(store_port: int) -> subprocess.Popen[bytes]:
 def test_a_fleet_node_serves_one_job_after_another() -> None:
     """Node 1 as a fleet runs it: ``npu-regress ranks-node --serve`` started on its own, the
     checks on node 0 at a fixed endpoint; two jobs, the second the cross-node control."""
-    store_port = _free_port()
+    store_port = free_port()
     spec = LaunchSpec("torchrun", nnodes=2, nproc_per_node=2,
-                      rdzv_endpoint=f"127.0.0.1:{_free_port()}", store_port=store_port)
+                      rdzv_endpoint=f"127.0.0.1:{free_port()}", store_port=store_port)
     server = _serve(store_port)
     try:
         first = get(spec).run(properties.measure, ("fixed_order_all_reduce", ("float32",),

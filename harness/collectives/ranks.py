@@ -42,6 +42,11 @@ SETTLE_S = 2.0
 #: starts: a loaded runner's slow start is not a hang
 START_S = 300.0
 _POLL_S = 0.05
+#: the exit of a rank whose process ended by a cause its launcher does not report (a Ray
+#: actor: a signal, the OOM killer); counted with the killed ranks as a cause
+DIED = -(1 << 16)
+#: a rank that raised and lives on (a Ray actor returns the error)
+RAISED = 1 << 16
 #: a node's id where host names do not tell nodes apart (containers on one host)
 NODE_ID_ENV = "NPU_REGRESS_NODE_ID"
 
@@ -89,6 +94,10 @@ def node_id() -> str:
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
+    if code == DIED:
+        return "died (its process ended without a result)"
+    if code == RAISED:
+        return "raised"
     if code < 0:
         return f"was killed by {signal_name(-code)}"
     return f"exited with status {code}"

@@ -86,7 +86,8 @@ def add_options(parser: pytest.Parser) -> None:
         "--ranks-launcher", dest="ranks_launcher", choices=LAUNCH_KINDS, default=None,
         help="spawn (default): the ranks are children of the check on this machine; "
         "torchrun: torch's elastic agent on every node (c10d rendezvous at "
-        "--ranks-rdzv-endpoint), the other nodes running `npu-regress ranks-node --serve`.")
+        "--ranks-rdzv-endpoint), the other nodes running `npu-regress ranks-node --serve`; "
+        "ray: Ray actors on the nodes of the cluster at --ranks-ray-address.")
     ranks.addoption("--ranks-nnodes", dest="ranks_nnodes", type=int, default=None, metavar="N",
                     help="nodes in the group (torchrun --nnodes; $PET_NNODES)")
     ranks.addoption("--ranks-nproc-per-node", dest="ranks_nproc_per_node", type=int,
@@ -102,6 +103,9 @@ def add_options(parser: pytest.Parser) -> None:
     ranks.addoption("--ranks-store-port", dest="ranks_store_port", type=int, default=None,
                     metavar="PORT", help="port of node 0's job and results store (default: "
                     "the rendezvous port + 1)")
+    ranks.addoption("--ranks-ray-address", dest="ranks_ray_address", default=None,
+                    metavar="ADDRESS", help="the Ray cluster (default auto: $RAY_ADDRESS, "
+                    "else the one started on this machine)")
     ranks.addoption("--ranks-loopback", dest="ranks_loopback", action="store_true",
                     default=False,
                     help="start every node's agent on this machine, each under a host name "
@@ -169,7 +173,7 @@ def ranks_launch(config: pytest.Config) -> LaunchSpec:
         spec = LaunchSpec.from_options(
             get("ranks_launcher"), get("ranks_nnodes"), get("ranks_nproc_per_node"),
             get("ranks_rdzv_endpoint"), get("ranks_node_rank"), get("ranks_store_port"),
-            bool(get("ranks_loopback")))
+            bool(get("ranks_loopback")), ray_address=get("ranks_ray_address"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     workers = getattr(config.option, "numprocesses", None)

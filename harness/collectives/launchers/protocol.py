@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from harness.collectives.ranks import RankResult
 
-KINDS = ("spawn", "torchrun")
+KINDS = ("spawn", "torchrun", "ray")
 #: torchrun reads each of its options from ``PET_<OPTION>`` too (a PyTorchJob sets them)
 PET = {"nnodes": "PET_NNODES", "nproc_per_node": "PET_NPROC_PER_NODE",
        "rdzv_endpoint": "PET_RDZV_ENDPOINT", "node_rank": "PET_NODE_RANK"}
@@ -26,8 +26,11 @@ class LaunchSpec:
     """How the ranks start. ``spawn``: ``world`` children of the check. ``torchrun``:
     ``nnodes`` agents of ``nproc_per_node`` ranks each meeting at ``rdzv_endpoint``
     (host:port of node 0, this one); the results come back through a store at
-    ``store_port`` there (the endpoint's port + 1 unless given). ``loopback``: this machine
-    starts every node's agent itself, each under its own host name (tests, a dry run)."""
+    ``store_port`` there (the endpoint's port + 1 unless given). ``ray``: ``nproc_per_node``
+    actors on each of ``nnodes`` nodes of the Ray cluster at ``ray_address`` ("auto":
+    ``$RAY_ADDRESS`` or the local one). ``loopback``: this machine starts every node itself
+    (torchrun: an agent each under its own host name; Ray: a head and worker raylets), for
+    tests and a dry run."""
 
     kind: str = "spawn"
     nnodes: int = 1
@@ -35,6 +38,7 @@ class LaunchSpec:
     rdzv_endpoint: str = ""
     store_port: int = 0
     loopback: bool = False
+    ray_address: str = ""
 
     @property
     def world(self) -> int:
@@ -50,7 +54,8 @@ class LaunchSpec:
     @classmethod
     def from_options(cls, kind: str | None, nnodes: int | None, nproc_per_node: int | None,
                      rdzv_endpoint: str | None, node_rank: int | None, store_port: int | None,
-                     loopback: bool, environ: Mapping[str, str] = os.environ) -> LaunchSpec:
+                     loopback: bool, environ: Mapping[str, str] = os.environ,
+                     ray_address: str | None = None) -> LaunchSpec:
         """Options first, then torchrun's own ``PET_*`` variables; a usage error naming the
         option and the fix where they do not make a run."""
         kind = kind or "spawn"
@@ -73,6 +78,9 @@ class LaunchSpec:
                                  + (", e.g. 2" if raw is None else ""))
             values[name] = raw
         endpoint = values["rdzv_endpoint"] or ""
+        if kind == "ray":
+            return cls("ray", int(values["nnodes"] or 1), int(values["nproc_per_node"] or 1),
+                       loopback=loopback, ray_address=ray_address or "auto")
         if loopback and not endpoint:
             pass  # free ports on this machine, chosen per job
         elif not endpoint.rpartition(":")[2].isdigit() or not endpoint.rpartition(":")[0]:

@@ -32,6 +32,7 @@ from harness.collectives import ranks
 from harness.collectives.launchers import node
 from harness.collectives.launchers.protocol import LaunchSpec
 from harness.collectives.ranks import RankError, RankResult
+from harness.stack.network import free_port
 
 #: past the job's own time: a node's watchdog reads its stacks and reports, then this
 REPORT_GRACE_S = 30.0
@@ -48,14 +49,6 @@ def _uts_namespaces() -> bool:
     probe = subprocess.run(["unshare", "--uts", "sh", "-c", "hostname npu-regress-probe"],
                            capture_output=True, timeout=30)
     return probe.returncode == 0
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class TorchrunLauncher:
@@ -89,8 +82,9 @@ class TorchrunLauncher:
             raise ValueError(f"world={world}: torchrun runs {spec.nnodes} node(s) x "
                              f"{spec.nproc_per_node} rank(s) = {spec.world}")
         if not spec.rdzv_endpoint:  # loopback: free ports, chosen per job
-            spec = dataclasses.replace(spec, rdzv_endpoint=f"127.0.0.1:{_free_port()}",
-                                       store_port=_free_port())
+            here = "127.0.0.1"
+            spec = dataclasses.replace(spec, rdzv_endpoint=f"{here}:{free_port(here)}",
+                                       store_port=free_port(here))
             self.spec = spec
         host, _ = spec.host_port()
         port = spec.results_port()

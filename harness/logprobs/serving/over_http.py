@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -36,18 +35,13 @@ from harness.isolation.reaper import end_tree
 from harness.logprobs.serving.comparison import ServingReport
 from harness.logprobs.serving.loop import Served
 from harness.logprobs.serving.workload import PROBE_STEPS, load, probe_prompt
+from harness.stack.network import free_port
 
 CLIENTS = 12
 #: running requests the gauge must show while the probe is in flight (the probe and 3)
 MIN_RUNNING = 4
 #: seconds the server may take to answer /health
 START_TIMEOUT = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _post(url: str, body: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
@@ -75,7 +69,7 @@ class Server:
         from harness.logprobs import vllm_source
         from harness.stack import devices
 
-        self.port = _free_port()
+        self.port = free_port("127.0.0.1")
         self.base = f"http://127.0.0.1:{self.port}"
         self.model = str(model)
         env = {**os.environ, **vllm_source.CPU_ENV} if devices.device_kind() == "cpu" \
