@@ -61,6 +61,7 @@ E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_p
        # two loopback nodes of two ranks: a rank killed, raising and hung on node 1, a
        # fleet node serving jobs, the suite's case in an inner run
        "tests/test_collectives_nodes.py::test_a_rank_failing_on_node_1_is_named_and_nothi",
+       "tests/test_collectives_nodes.py::test_a_ray_rank_failing_on_node_1_is_named_and_n",
        "tests/test_collectives_nodes.py::test_a_fleet_node_serves_one_job_after_another",
        "tests/test_collectives_nodes.py::test_the_suite_case_passes_on_two_nodes_and_recor")
 #: pytest plugins of the upstream stack (verl's and vLLM's dependencies) that no test of

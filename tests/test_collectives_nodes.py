@@ -33,23 +33,35 @@ from harness.stack.network import free_port
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (1, 2, 3, 7)
 TWO_NODES = LaunchSpec("torchrun", nnodes=2, nproc_per_node=2, loopback=True)
+#: Ray's own two nodes on one host: a head and a worker raylet, each its own node id
+RAY_NODES = LaunchSpec("ray", nnodes=2, nproc_per_node=2, loopback=True)
 NODE1 = LOOPBACK_NAME.format(k=1)
 
 
-def test_a_rank_on_node_1_with_another_sum_is_named_by_node_and_rank() -> None:
-    got = get(TWO_NODES).run(properties.measure, ("node_skewed_all_reduce", ("float32",),
+def _ray() -> None:
+    pytest.importorskip("ray", reason="Ray is not installed (the default profile has it)")
+
+
+@pytest.mark.parametrize("spec", [TWO_NODES, RAY_NODES], ids=["torchrun", "ray"])
+def test_a_rank_on_node_1_with_another_sum_is_named_by_node_and_rank(spec: LaunchSpec
+                                                                     ) -> None:
+    if spec.kind == "ray":
+        _ray()
+    got = get(spec).run(properties.measure, ("node_skewed_all_reduce", ("float32",),
                                                   SIZES), world=4, backend="gloo", timeout=60)
     assert [(r.rank, r.node_rank, r.local_rank) for r in got] == \
         [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
-    assert {r.node for r in got} == {node_id(), NODE1}
+    if spec.kind == "torchrun":
+        assert {r.node for r in got} == {node_id(), NODE1}
+    assert len({r.node for r in got[:2]} | {r.node for r in got[2:]}) == 2
     places = {r.rank: f" on {r.place()}" for r in got}
     reading = properties.read("node_skewed_all_reduce", 4, [r.value for r in got], SIZES,
                               ("float32",), places=places)
     named = {m.rank for m in reading.of("ranks")}
     assert named == {2, 3}, reading.mismatches  # node 1's ranks, and only them
     sentence = reading.of("ranks")[0].sentence("node_skewed_all_reduce")
-    assert f"rank 2 on node {NODE1} (node rank 1, local rank 0) holds other bits than " \
-           f"rank 0 on node {node_id()} (node rank 0, local rank 0)" in sentence, sentence
+    assert f"rank 2 on node {got[2].node} (node rank 1, local rank 0) holds other bits than " \
+           f"rank 0 on node {got[0].node} (node rank 0, local rank 0)" in sentence, sentence
     assert expected.vacuous_nodes({r.rank: r.node for r in got}, 2) is None
 
 
@@ -73,19 +85,26 @@ def _fails_on_node_1(rank: int, world: int, folder: str, how: str) -> None:
 
 
 def _started_by(job_pids: list[int]) -> list[psutil.Process]:
-    """Processes of this test's job still running: the ranks, and any node process or
-    agent (``harness.collectives.launchers.node``) still alive."""
+    """Processes of this test's job still running: its ranks (on either node), and any
+    process this test started that lives on (a node's agent)."""
     left = []
-    for proc in psutil.process_iter():
+    for proc in [*map(_process, job_pids), *psutil.Process().children(recursive=True)]:
+        if proc is None:
+            continue
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if proc.pid in job_pids or "harness.collectives.launchers.node" in \
-                    " ".join(proc.cmdline()):
-                left.append(proc)
+            left.append(proc)
         except psutil.Error:
             continue
     return left
+
+
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
 
 
 @pytest.mark.parametrize(("how", "says"), [
@@ -98,11 +117,29 @@ def _started_by(job_pids: list[int]) -> list[psutil.Process]:
 ])
 def test_a_rank_failing_on_node_1_is_named_and_nothing_is_left(how: str, says: str,
                                                                tmp_path: Path) -> None:
+    _fails_and_is_named(TWO_NODES, how, says, tmp_path)
+
+
+@pytest.mark.parametrize(("how", "says"), [
+    ("kill", "died (its process ended without a result)"),
+    ("raise", "raised: ValueError: rank 3's own error"),
+])
+def test_a_ray_rank_failing_on_node_1_is_named_and_nothing_is_left(how: str, says: str,
+                                                                   tmp_path: Path) -> None:
+    _ray()
+    _fails_and_is_named(RAY_NODES, how, says, tmp_path)
+
+
+def _fails_and_is_named(spec: LaunchSpec, how: str, says: str, tmp_path: Path) -> None:
     with pytest.raises(RankError) as caught:
-        get(TWO_NODES).run(_fails_on_node_1, (str(tmp_path), how), world=4, backend="gloo",
+        get(spec).run(_fails_on_node_1, (str(tmp_path), how), world=4, backend="gloo",
                            timeout=6)
     text = str(caught.value)
-    assert caught.value.rank == 3 and text.startswith(says), text
+    if spec.kind == "ray":  # the node is Ray's node id: named, on node 1
+        assert caught.value.rank == 3 and text.startswith("rank 3 of 4 (gloo) on node "), text
+        assert f" (node rank 1, local rank 1) {says}" in text.splitlines()[0], text
+    else:
+        assert caught.value.rank == 3 and text.startswith(says), text
     if how == "hang":  # the others named where they waited, on both nodes
         assert "ranks 0, 1, 2 waited at" in text.splitlines()[0], text
         assert f"--- rank 0 on node {node_id()} (node rank 0, local rank 0) ---" in text
