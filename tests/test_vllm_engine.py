@@ -194,6 +194,9 @@ from harness.logprobs.serving.over_http import run_http_case
 out["no clients"] = harness.run_isolated(run_http_case, False, "float32", {"clients": 0},
                                          timeout=600, env={"VLLM_BATCH_INVARIANT": None}
                                          ).value.summary()
+out["clients finish first"] = harness.run_isolated(
+    run_http_case, False, "float32", {"finish_first": True}, timeout=600,
+    env={"VLLM_BATCH_INVARIANT": None}).value.summary()
 print("CONTROLS " + json.dumps(out))
 '''
 
@@ -203,7 +206,8 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     condition is measured from the scheduler (the server's gauge for the HTTP case); the
     prompt logprobs read through a cache hit are the ledger's finding (issue 58); a
     workload too small to share a step, a cleared cache (twice), a KV cache too large to preempt,
-    a load on the base model only and a server without clients each fail as vacuous; a
+    a load on the base model only, a server without clients and a server whose clients
+    finished before the probe (its gauge still high) each fail as vacuous; a
     regression
     seeded into the engine (silu computed by the step's row count) is caught by the
     concurrent case and named by op."""
@@ -230,8 +234,10 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
         elif key.startswith("prefix-cache"):
             assert condition["cached_tokens"] > 0, (key, condition)
             assert condition["prompt_positions"] >= 100, (key, condition)
-        elif key.startswith(("off-", "on-")):  # through vllm serve and HTTP clients
-            assert condition["max_running_seen"] >= 4, (key, condition)
+        elif key.startswith(("off-", "on-")):  # through vllm serve and HTTP clients:
+            # the probe's own engine steps, from the server's step log
+            assert condition["step_log_loaded"] and condition["probe_max_beside"] >= 3, \
+                (key, condition)
         elif key.startswith("lora-mix"):
             assert condition["loras_beside"] == [0, 1, 2], (key, condition)
             assert condition["adapter_changes_logprobs"], (key, condition)
@@ -253,7 +259,13 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     assert controls["prompt cache cleared"]["wrong"] == [], controls  # nothing read: none
     assert "never preempted" in controls["large KV cache"]["vacuous"], controls
     assert "no adapter 2 beside it" in controls["base model only"]["vacuous"], controls
-    assert "num_requests_running reached" in controls["no clients"]["vacuous"], controls
+    assert "engine steps held at most 0 other request(s)" in \
+        controls["no clients"]["vacuous"], controls
+    # the gauge stayed high from the clients, sampled around the probe; the probe's own
+    # steps held no one: vacuous (issue 58)
+    alone = controls["clients finish first"]
+    assert "engine steps held at most 0 other request(s)" in alone["vacuous"], alone
+    assert alone["condition"]["max_running_seen"] >= 4, alone
     seeded = controls["silu by rows"]
     assert not seeded["vacuous"] and seeded["differ"] > 0, seeded
     # named at the seeded op (the recorder once named a cast of vLLM's (1, 1) alone vs

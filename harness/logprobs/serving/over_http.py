@@ -9,9 +9,12 @@ to 100 tokens, ``max_tokens`` 4 to 20, half sampled with a seed) and the probe a
 they run. The probe's tokens and logprobs must be the same bits (JSON floats round-trip a
 float32 exactly).
 
-No vacuous pass: a thread reads the server's ``/metrics`` (``vllm:num_requests_running``)
-while the probe is in flight; fewer than ``MIN_RUNNING`` running requests seen makes the
-case vacuous. That is a sample of the gauge, not the scheduler's own list, and the
+No vacuous pass: the server logs which requests each engine step scheduled (``step_log``,
+a vLLM general plugin of ours, loaded in the engine core), and the probe's own steps must
+hold ``MIN_RUNNING - 1`` other requests; a server whose log did not load, or where the probe
+ran alone, is vacuous. The ``/metrics`` gauge (``vllm:num_requests_running``) is still
+sampled and recorded, but it shows load near the probe, not with it: a control whose
+clients finish before the probe is sent keeps the gauge's high samples and is vacuous. The
 dispatch recorder cannot look inside the server process: a difference here is reported
 without a first divergent op (the in-process ``concurrent`` case names it).
 """
@@ -32,6 +35,7 @@ from typing import Any
 import torch
 
 from harness.isolation.reaper import end_tree
+from harness.logprobs.serving import step_log
 from harness.logprobs.serving.comparison import ServingReport
 from harness.logprobs.serving.loop import Served
 from harness.logprobs.serving.workload import PROBE_STEPS, load, probe_prompt
@@ -44,9 +48,12 @@ MIN_RUNNING = 4
 START_TIMEOUT = 300
 
 
-def _post(url: str, body: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
-    req = urllib.request.Request(url, json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
+def _post(url: str, body: dict[str, Any], timeout: float = 120,
+          request_id: str | None = None) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json"}
+    if request_id:  # vLLM takes it as the request's id: the step log then names it
+        headers["X-Request-Id"] = request_id
+    req = urllib.request.Request(url, json.dumps(body).encode(), headers)
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - localhost
         return json.loads(resp.read())
 
@@ -65,7 +72,8 @@ def _running(base: str) -> float:
 class Server:
     """``vllm serve`` on the seeded model, on a free local port; stopped on exit."""
 
-    def __init__(self, model: Path, dtype: str, enabled: bool, log: Path) -> None:
+    def __init__(self, model: Path, dtype: str, enabled: bool, log: Path,
+                 steps: Path) -> None:
         from harness.logprobs import vllm_source
         from harness.stack import devices
 
@@ -76,6 +84,7 @@ class Server:
             else dict(os.environ)
         env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the server's own default
         env["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
+        env.update(step_log.server_env(steps, env))
         self.log = log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
@@ -124,11 +133,16 @@ class Server:
                       **extra})
 
 
-def _probe(server: Server, probe: list[int]) -> Served:
+#: the probe's request ids hold this, then what it was sent for
+PROBE_ID = "npu-regress-probe"
+
+
+def _probe(server: Server, probe: list[int], label: str) -> Served:
     out = _post(f"{server.base}/v1/completions",
                 {"model": server.model, "prompt": probe, "max_tokens": PROBE_STEPS,
                  "min_tokens": PROBE_STEPS, "temperature": 0.0, "logprobs": 0,
-                 "ignore_eos": True, "return_tokens_as_token_ids": True})
+                 "ignore_eos": True, "return_tokens_as_token_ids": True},
+                request_id=f"{PROBE_ID}-{label}")
     logprobs = out["choices"][0]["logprobs"]
     tokens = [int(t.removeprefix("token_id:")) for t in logprobs["tokens"]]
     return Served(tokens, torch.tensor(logprobs["token_logprobs"], dtype=torch.float32))
@@ -137,7 +151,8 @@ def _probe(server: Server, probe: list[int]) -> Served:
 def run_http_case(enabled: bool, dtype: str, knobs: dict[str, Any] | None = None
                   ) -> ServingReport:
     """Child side: the probe alone, then under ``CLIENTS`` concurrent clients (``knobs``:
-    ``clients``, 0 the negative control)."""
+    ``clients``, 0 the negative control; ``finish_first``: the clients stop, and are
+    waited for, before the probe is sent: the gauge's samples stay high, its steps alone)."""
     import tempfile
 
     from harness.logprobs import seeded_model
@@ -151,10 +166,12 @@ def run_http_case(enabled: bool, dtype: str, knobs: dict[str, Any] | None = None
     clients = int(knobs.get("clients", CLIENTS))
     report = ServingReport("concurrent-http", f"vllm serve ({dtype}, seeded 4-layer llama, "
                                               f"{clients} HTTP clients)")
-    log = Path(tempfile.mkdtemp(prefix="npu-regress-serve-")) / "server.log"
-    with Server(model, dtype, enabled, log) as server:
+    folder = Path(tempfile.mkdtemp(prefix="npu-regress-serve-"))
+    log, steps = folder / "server.log", folder / "steps.jsonl"
+    finish_first = bool(knobs.get("finish_first"))
+    with Server(model, dtype, enabled, log, steps) as server:
         try:
-            ref = _probe(server, probe)
+            ref = _probe(server, probe, "alone")
         except OSError as exc:  # the server's own failure: its log says why
             raise RuntimeError(f"the probe request failed ({exc}); "
                                f"{server.cause()}") from None
@@ -191,24 +208,31 @@ def run_http_case(enabled: bool, dtype: str, knobs: dict[str, Any] | None = None
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        got = _probe(server, probe)
+        if finish_first:  # the control: the load gone before the probe is sent
+            stop.set()
+            for t in threads:
+                t.join(120)
+        got = _probe(server, probe, "load")
         done.set()
         watcher.join()
         stop.set()
         for t in threads:
             t.join(120)
-        alone_again = _probe(server, probe)
+        alone_again = _probe(server, probe, "after")
     report.compare("under concurrent HTTP clients", ref, got)
     report.compare("alone again, after the load", ref, alone_again)
     running = max(seen, default=0.0)
+    scheduled = step_log.StepLog.read(steps)
+    beside = scheduled.beside(f"{PROBE_ID}-load")
     report.condition.update({"clients": clients, "max_running_seen": running,
-                             "gauge_samples": len(seen), "client_errors": len(errors)})
+                             "gauge_samples": len(seen), "client_errors": len(errors),
+                             "step_log_loaded": scheduled.loaded,
+                             "probe_steps": len(beside),
+                             "probe_max_beside": max(beside, default=0),
+                             "probe_steps_shared": sum(1 for b in beside if b > 0)})
     if errors:
         raise RuntimeError(f"{len(errors)} client request(s) failed, first: {errors[0]}")
-    if running < MIN_RUNNING:
-        report.vacuous = (f"vacuous: the server's vllm:num_requests_running reached "
-                          f"{running:g} while the probe was in flight (needs {MIN_RUNNING}: "
-                          f"the probe and {MIN_RUNNING - 1} others)")
+    report.vacuous = scheduled.why_vacuous(f"{PROBE_ID}-load", MIN_RUNNING - 1)
     if report.mismatches:
         report.first_divergence = ("not located: the engine runs in the server's process, "
                                    "where the dispatch recorder cannot look (the "
