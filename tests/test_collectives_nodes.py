@@ -228,3 +228,30 @@ def test_options_fall_back_to_torchrun_s_variables_and_bad_ones_name_the_fix() -
         with pytest.raises(ValueError) as caught:
             LaunchSpec.from_options("torchrun", *args, None, False, {})
         assert str(caught.value).startswith(says), str(caught.value)
+
+
+def _skewed_alone_on_node_1(rank: int, world: int, *args: object) -> object:
+    """Ranks on node 1 measure the row alone one ULP off, their messages right: only the
+    size property read on every rank (not rank 0's alone) can see it."""
+    import torch
+
+    value = properties.measure(rank, world, *args)
+    if int(os.environ.get("GROUP_RANK", "0")) == 1:
+        for table in value.values():
+            table["alone"] = {p: torch.nextafter(x, torch.full_like(x, float("inf")))
+                              for p, x in table["alone"].items()}
+    return value
+
+
+def test_the_size_property_is_read_on_every_rank_by_node() -> None:
+    got = get(TWO_NODES).run(_skewed_alone_on_node_1, ("fixed_order_all_reduce",
+                                                       ("float32",), SIZES),
+                             world=4, backend="gloo", timeout=60)
+    places = {r.rank: f" on {r.place()}" for r in got}
+    reading = properties.read("fixed_order_all_reduce", 4, [r.value for r in got], SIZES,
+                              ("float32",), places=places)
+    assert {m.rank for m in reading.of("sizes")} == {2, 3}, reading.mismatches
+    assert reading.of("ranks") == []  # the messages agree: only the rows alone moved
+    sentence = reading.of("sizes")[0].sentence("fixed_order_all_reduce")
+    assert f"row 0 on rank 2 on node {NODE1} (node rank 1, local rank 0): differs from the " \
+           "row alone" in sentence, sentence

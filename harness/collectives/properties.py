@@ -2,13 +2,14 @@
 
 On every rank, per dtype and message size: the collective's result at the probe rows, twice
 (``repeat``), and each probe row's result when it is the message's only row (``alone``). The
-parent then reads:
+parent then reads, on every rank (each named, with its node, where it is not rank 0):
 
 - ``repeat``: the same message gives the same bits run after run;
 - ``sizes``: a row's result is the same whether the message holds 1 row or up to 512 (the
-  collective's own batch invariance), first, middle and last row;
-- ``ranks``: every rank holds the same result of an all-reduce;
-- ``exact``: an all-gather returns every rank's rows bit for bit;
+  collective's own batch invariance), first, middle and last row; a reduce-scatter's on
+  each rank's own shard;
+- ``ranks``: every rank holds the same result of an all-reduce as rank 0;
+- ``exact``: an all-gather returns every rank's rows bit for bit, as every rank holds them;
 - ``order``: whether these inputs can show summation order on this many ranks at all; if
   not, a sizes result proves nothing (vacuous, never a pass).
 """
@@ -78,6 +79,8 @@ class CollectiveMismatch:
 
     def sentence(self, collective: str) -> str:
         where = f"{collective} {self.dtype}, a {self.size}-row message, row {self.row}"
+        if self.prop in ("sizes", "repeat") and self.rank:
+            where += f" on rank {self.rank}{self.place}"
         if self.prop == "sizes":
             return f"{where}: differs from the row alone in a 1-row message ({self.detail})"
         if self.prop == "repeat":
@@ -140,37 +143,42 @@ def read(collective: str, world: int, values: list[dict[str, Any]], sizes: tuple
         reading.order_shows[dtype] = reducing and inputs.order_shows(world, dtype, seed)
         first = values[0][dtype]
         for n in sizes:
-            got = first["sizes"][n]
-            for p in got["repeat"]:
-                reading.mismatches.append(CollectiveMismatch("repeat", dtype, n, p, ""))
-            for p, row in got["rows"].items():
-                alone = first["alone"][p]
-                if not _same(row, alone):
-                    size = compare_bits(alone, row) or (0, float("inf"), -1, 1)
+            for rank, value in enumerate(values):  # every rank's own, not rank 0's alone
+                got = value[dtype]["sizes"][n]
+                for p in got["repeat"]:
                     reading.mismatches.append(CollectiveMismatch(
-                        "sizes", dtype, n, p, _diff(row, alone), ulp=size[2],
-                        max_abs=size[1]))
-            if collective == "all_gather":
-                reading.mismatches.extend(_gather_exact(got["rows"], world, dtype, n, seed,
-                                                        reading.places))
-            elif collective != "reduce_scatter":  # each rank holds its own shard there
-                for rank, other in enumerate(values[1:], start=1):
-                    for p, row in other[dtype]["sizes"][n]["rows"].items():
-                        if not _same(row, got["rows"][p]):
-                            reading.mismatches.append(CollectiveMismatch(
-                                "ranks", dtype, n, p, _diff(row, got["rows"][p]), rank,
-                                here(rank, ""), here(0, "")))
+                        "repeat", dtype, n, p, "", rank, here(rank, "")))
+                for p, row in got["rows"].items():
+                    alone = value[dtype]["alone"][p]
+                    if not _same(row, alone):
+                        size = compare_bits(alone, row) or (0, float("inf"), -1, 1)
+                        reading.mismatches.append(CollectiveMismatch(
+                            "sizes", dtype, n, p, _diff(row, alone), rank, here(rank, ""),
+                            ulp=size[2], max_abs=size[1]))
+                if collective == "all_gather":
+                    reading.mismatches.extend(_gather_exact(got["rows"], world, dtype, n, seed,
+                                                            reading.places, rank))
+            if collective in ("all_gather", "reduce_scatter"):
+                continue  # a gather is checked against the inputs; a scatter's shards differ
+            for rank, other in enumerate(values[1:], start=1):
+                for p, row in other[dtype]["sizes"][n]["rows"].items():
+                    if not _same(row, first["sizes"][n]["rows"][p]):
+                        reading.mismatches.append(CollectiveMismatch(
+                            "ranks", dtype, n, p, _diff(row, first["sizes"][n]["rows"][p]),
+                            rank, here(rank, ""), here(0, "")))
     return reading
 
 
 def _gather_exact(rows: dict[int, torch.Tensor], world: int, dtype: str, n: int, seed: int,
-                  places: dict[int, str]) -> list[CollectiveMismatch]:
+                  places: dict[int, str], holder: int = 0) -> list[CollectiveMismatch]:
+    """Rank ``holder``'s gathered rows against every rank's inputs."""
     found = []
     for rank in range(world):
         expected = inputs.block(rank, 0, dtype, seed)
         for p, gathered in rows.items():
             if not _same(gathered[rank], expected[p]):
+                held = f"as held by rank {holder}{places.get(holder, '')}: " if holder else ""
                 found.append(CollectiveMismatch("exact", dtype, n, p,
-                                                _diff(gathered[rank], expected[p]), rank,
+                                                held + _diff(gathered[rank], expected[p]), rank,
                                                 places.get(rank, "")))
     return found
