@@ -84,11 +84,17 @@ def _fails_on_node_1(rank: int, world: int, folder: str, how: str) -> None:
     dist.all_reduce(torch.ones(4))
 
 
-def _started_by(job_pids: list[int]) -> list[psutil.Process]:
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _started_by(job_pids: list[int], before: set[int]) -> list[psutil.Process]:
     """Processes of this test's job still running: its ranks (on either node), and any
-    process this test started that lives on (a node's agent)."""
+    process this test started that lives on (a node's agent); ``before``: this process's
+    descendants before the test (an xdist worker's isolation server is one)."""
     left = []
-    for proc in [*map(_process, job_pids), *psutil.Process().children(recursive=True)]:
+    mine = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    for proc in [*map(_process, job_pids), *mine]:
         if proc is None:
             continue
         try:
@@ -131,6 +137,7 @@ def test_a_ray_rank_failing_on_node_1_is_named_and_nothing_is_left(how: str, say
 
 
 def _fails_and_is_named(spec: LaunchSpec, how: str, says: str, tmp_path: Path) -> None:
+    before = _descendants()
     with pytest.raises(RankError) as caught:
         get(spec).run(_fails_on_node_1, (str(tmp_path), how), world=4, backend="gloo",
                            timeout=6)
@@ -145,7 +152,7 @@ def _fails_and_is_named(spec: LaunchSpec, how: str, says: str, tmp_path: Path) -
         assert f"--- rank 0 on node {node_id()} (node rank 0, local rank 0) ---" in text
     pids = [int(p.read_text()) for p in tmp_path.glob("pid*")]
     assert len(pids) == 4, pids
-    assert _started_by(pids) == []
+    assert _started_by(pids, before) == []
 
 
 def _serve(store_port: int) -> subprocess.Popen[bytes]:

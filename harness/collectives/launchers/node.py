@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -99,12 +100,13 @@ def _watch(folder: Path, nproc: int, timeout: float, report: dict[str, Any],
         time.sleep(_POLL_S)
     time.sleep(timeout)
     live = {r: p["pid"] for r, p in _local(folder).items()}
-    report["hung"] = True
-    report["stacks"] = ranks.read_stacks(live, folder)
-    report["ranks"] = _local(folder)
-    publish(report)
+    hung = {**report, "hung": True, "stacks": ranks.read_stacks(live, folder),
+            "ranks": _local(folder)}
+    if not publish(hung):
+        return  # the job finished while the stacks were read: its own report stands
     for child in psutil.Process().children():
         end_tree(child.pid, grace=1.0)
+    shutil.rmtree(folder, ignore_errors=True)
     os._exit(0)
 
 
@@ -135,6 +137,7 @@ def run_job(job: dict[str, Any], node_rank: int, publish: Any) -> None:
         report["error"] = f"{type(exc).__name__}: {exc}"
     report["ranks"] = _local(folder)
     publish(report)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _key(job_id: str, node_rank: int) -> str:
@@ -166,10 +169,16 @@ def once(host: str, port: int, node_rank: int) -> int:
     store = connect(host, port, CONNECT_S)
     job = pickle.loads(store.get("job"))
     lock = threading.Lock()
+    sent: list[bool] = []
 
-    def publish(report: dict[str, Any]) -> None:
+    def publish(report: dict[str, Any]) -> bool:
+        """The node's one report: the first to come (the job's end or its watchdog's)."""
         with lock:
+            if sent:
+                return False
             put(store, _key(job["id"], node_rank), report)
+            sent.append(True)
+            return True
 
     run_job(job, node_rank, publish)
     return 0
