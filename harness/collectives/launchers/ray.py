@@ -36,9 +36,12 @@ class _Rank:
         self.body_thread: int | None = None
 
     def where(self) -> dict[str, Any]:
+        """Where this rank runs; it imports torch here, so that the check's time counts
+        from ranks that have started (a loaded runner's slow import is not a hang)."""
         import socket
 
         import ray
+        import torch.distributed  # noqa: F401
 
         from harness.stack.network import free_port
 
