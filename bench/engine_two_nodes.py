@@ -28,8 +28,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-       "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 #: both nodes' engines share this machine's memory
 MEMORY = 0.3
 NODE1 = "npu-regress-node1"
@@ -113,6 +111,7 @@ def _one(dtype: str, tp: int) -> dict[str, Any]:
 def _two_nodes(dtype: str) -> dict[str, Any]:
     import psutil
 
+    from harness.collectives.launchers.torchrun import as_node
     from harness.isolation.reaper import end_tree
     from harness.logprobs import seeded_model
     from harness.logprobs.vllm_source import VllmSource
@@ -126,11 +125,10 @@ def _two_nodes(dtype: str) -> dict[str, Any]:
               "--max-num-seqs", "64", "--no-enable-prefix-caching",
               "--gpu-memory-utilization", str(MEMORY)]
     log = Path(f"/tmp/npu-regress-node1-{dtype}.log")
+    cmd, env = as_node(NODE1, [sys.executable, "-c", HEADLESS, str(model), "--headless",
+                               "--node-rank", "1", *common], dict(os.environ))
     with log.open("w") as out:
-        node1 = subprocess.Popen(
-            ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', NODE1,
-             sys.executable, "-c", HEADLESS, str(model), "--headless", "--node-rank", "1",
-             *common], stdout=out, stderr=subprocess.STDOUT)
+        node1 = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         src = VllmSource(dtype=dtype, tensor_parallel_size=2, distributed_executor_backend="mp",
                          nnodes=2, node_rank=0, master_addr="127.0.0.1", master_port=port,
@@ -158,7 +156,10 @@ def _compare(a: dict[str, Any], b: dict[str, Any], part: str) -> str:
 
 
 def main(dtypes: list[str]) -> int:
-    os.environ.update(ENV)
+    from harness.logprobs.vllm_source import CPU_ENV, IN_PROCESS_ENV
+
+    # the suite's CPU engine settings; the target named, for node 1's fresh process
+    os.environ.update({"VLLM_TARGET_DEVICE": "cpu", **IN_PROCESS_ENV, **CPU_ENV})
     print(f"Ray executor: {_ray_refusal(dtypes[0])}", flush=True)
     rows = {}
     for dtype in dtypes:

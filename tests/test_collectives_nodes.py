@@ -26,7 +26,7 @@ import pytest
 from harness.collectives import expected, properties
 from harness.collectives.launchers import LaunchSpec, get
 from harness.collectives.launchers.protocol import PET
-from harness.collectives.launchers.torchrun import LOOPBACK_NAME, _uts_namespaces
+from harness.collectives.launchers.torchrun import LOOPBACK_NAME, as_node
 from harness.collectives.ranks import RankError, node_id
 from harness.stack.network import free_port
 
@@ -160,11 +160,7 @@ def _fails_and_is_named(spec: LaunchSpec, how: str, says: str, tmp_path: Path) -
 def _serve(store_port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "harness", "ranks-node", "--serve", "--store",
            f"127.0.0.1:{store_port}", "--node-rank", "1", "--idle-exit", "30"]
-    env = dict(os.environ)
-    if _uts_namespaces():
-        cmd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', NODE1, *cmd]
-    else:
-        env["NPU_REGRESS_NODE_ID"] = NODE1
+    cmd, env = as_node(NODE1, cmd, dict(os.environ))
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 

@@ -51,6 +51,15 @@ def _uts_namespaces() -> bool:
     return probe.returncode == 0
 
 
+def as_node(name: str, cmd: list[str], env: dict[str, str]
+            ) -> tuple[list[str], dict[str, str]]:
+    """``cmd`` run as the node ``name`` on this machine: under that host name in a UTS
+    namespace of its own, or, where the kernel refuses, with ``$NPU_REGRESS_NODE_ID``."""
+    if _uts_namespaces():
+        return ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', name, *cmd], env
+    return cmd, {**env, ranks.NODE_ID_ENV: name}
+
+
 class TorchrunLauncher:
     def __init__(self, spec: LaunchSpec) -> None:
         self.spec = spec
@@ -64,12 +73,7 @@ class TorchrunLauncher:
         env = dict(os.environ)
         if k == 0 or not self.spec.loopback:
             return cmd, env
-        name = LOOPBACK_NAME.format(k=k)
-        if _uts_namespaces():
-            return ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', name,
-                    *cmd], env
-        env[ranks.NODE_ID_ENV] = name
-        return cmd, env
+        return as_node(LOOPBACK_NAME.format(k=k), cmd, env)
 
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], *, world: int,
             backend: str, env: Mapping[str, str | None] | None = None,
@@ -85,7 +89,6 @@ class TorchrunLauncher:
             here = "127.0.0.1"
             spec = dataclasses.replace(spec, rdzv_endpoint=f"{here}:{free_port(here)}",
                                        store_port=free_port(here))
-            self.spec = spec
         host, _ = spec.host_port()
         port = spec.results_port()
         job_id = f"npu-regress-{uuid.uuid4().hex[:12]}"
@@ -105,7 +108,7 @@ class TorchrunLauncher:
                 with (logs / f"node{k}.log").open("wb") as log:
                     procs[k] = subprocess.Popen(cmd, env=node_env, stdout=log,
                                                 stderr=subprocess.STDOUT)
-            reports = self._collect(job_id, procs, logs, timeout, backend)
+            reports = self._collect(spec, job_id, procs, logs, timeout, backend)
             return _results(reports, world, backend, timeout)
         finally:
             with contextlib.suppress(Exception):
@@ -118,12 +121,14 @@ class TorchrunLauncher:
             self._store = None
             shutil.rmtree(logs, ignore_errors=True)
 
-    def _collect(self, job_id: str, procs: dict[int, subprocess.Popen[bytes]],
-                 logs: Path, timeout: float, backend: str) -> dict[int, dict[str, Any]]:
+    def _collect(self, spec: LaunchSpec, job_id: str,
+                 procs: dict[int, subprocess.Popen[bytes]], logs: Path, timeout: float,
+                 backend: str) -> dict[int, dict[str, Any]]:
         """Every node's report, or a ``RankError`` naming the node that gave none."""
-        n = self.spec.nnodes
+        n = spec.nnodes
         keys = {k: f"{job_id}/node{k}" for k in range(n)}
-        deadline = time.monotonic() + ranks.START_S + timeout + REPORT_GRACE_S
+        wait = ranks.START_S + timeout + REPORT_GRACE_S
+        deadline = time.monotonic() + wait
         gone: dict[int, float] = {}
         while True:
             missing = [k for k in range(n) if not self._store.check([keys[k]])]
@@ -139,15 +144,15 @@ class TorchrunLauncher:
                         raise RankError(
                             f"node {k} of {n} ({backend}) {ranks.describe_exit(proc.returncode)}"
                             f" without a report; its log ends:\n{tail}",
-                            k * self.spec.nproc_per_node)
+                            k * spec.nproc_per_node)
             if now > deadline:
                 raise RankError(
                     f"node(s) {', '.join(map(str, missing))} of {n} ({backend}) gave no report "
-                    f"within {deadline - now + ranks.START_S + timeout + REPORT_GRACE_S:.0f} s"
-                    + ("" if self.spec.loopback else
+                    f"within {wait:.0f} s"
+                    + ("" if spec.loopback else
                        ": is `npu-regress ranks-node --serve` running there, with --store "
-                       f"{self.spec.host_port()[0]}:{self.spec.results_port()}?"),
-                    missing[0] * self.spec.nproc_per_node)
+                       f"{spec.host_port()[0]}:{spec.results_port()}?"),
+                    missing[0] * spec.nproc_per_node)
             time.sleep(_POLL_S)
 
 
