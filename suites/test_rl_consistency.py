@@ -2,6 +2,10 @@
 sequences must not depend on its micro-batch size (1, 2, 4, 8) nor on its layout (right or
 left padding, or packed without padding: verl's remove-padding layout), and two passes with
 different micro-batch sizes must agree (``old_log_prob`` vs ``log_prob``, verl #6280).
+Two forwards: our loop (``right``, ``left``, ``packed``: one sequence per call of verl's logprob
+function) and verl's own FSDP engine as its actor computes ``old_log_prob`` (``verl-rmpad``,
+``verl-padded``: ``use_remove_padding`` on and off, temperature 0.7, the micro-batch's logits
+in one call; ``harness.logprobs.verl_engine``).
 
 The model is transformers' Llama loaded from the seeded checkpoint the engine loads, the
 logprob function verl 0.9.1's own (``verl.utils.torch_functional.logprobs_from_logits``).
@@ -16,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from harness import run_isolated
-from harness.logprobs import hf_source, rollout
+from harness.logprobs import hf_source, rollout, verl_engine
 from harness.logprobs.cases import pick_target
 from harness.logprobs.expectations import judge_drift
 from harness.logprobs.training import LAYOUTS, run_training_case
@@ -28,7 +32,8 @@ from harness.plugin import SESSION_KEY
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_training_micro_batch_invariance(layout: str, switch: str, dtype: str, request,
                                          run_on_npu, record_property) -> None:  # type: ignore[no-untyped-def]
-    reason = hf_source.unavailable()
+    reason = hf_source.unavailable() or (
+        verl_engine.unavailable() if layout in verl_engine.LAYOUTS else None)
     if reason:
         pytest.skip(f"training forward: {reason}")
     device = request.config.stash[SESSION_KEY].device

@@ -239,7 +239,12 @@ def reduce_sum(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *,
     """What ``torch.sum`` and ``Tensor.sum`` become when the switch is on: every form of
     theirs (``harness.invariance.call_forms``), ``out=`` included."""
     dims = [dim] if isinstance(dim, int) else (list(dim) if dim is not None else None)
-    result = torch.ops.batch_invariant_ops.reduce_sum(x, dims, keepdim, dtype)
+    if x.is_nested:  # a jagged tensor (verl's engine sums its nested loss mask): our op
+        # takes dense tensors only, and aten's nested sum has no batch to vary with
+        result = (torch.ops.aten.sum.default(x, dtype=dtype) if dims is None else
+                  torch.ops.aten.sum.dim_IntList(x, dims, keepdim, dtype=dtype))
+    else:
+        result = torch.ops.batch_invariant_ops.reduce_sum(x, dims, keepdim, dtype)
     if out is None:
         return result
     if out.shape != result.shape:

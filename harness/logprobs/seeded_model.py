@@ -186,3 +186,17 @@ def build_lora(model: Path, seed: int, scale: float = 0.05) -> Path:
     except OSError:  # another process renamed its copy first
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def weights_digest(model: Any) -> str:
+    """sha256 over the parameters a side holds (name, dtype, shape, bytes, in name order)."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        if hasattr(tensor, "full_tensor"):  # an FSDP2 (verl engine) parameter: the whole
+            tensor = tensor.full_tensor()
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()

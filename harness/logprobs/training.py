@@ -16,7 +16,6 @@ and ``weights_digest`` says which parameters a side really holds.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
@@ -25,8 +24,12 @@ import torch
 from harness.logprobs import seeded_model
 from harness.logprobs.hf_source import PAD_ID, pad, positions
 from harness.logprobs.invariance_check import InvarianceReport
+from harness.logprobs.seeded_model import weights_digest
 
-LAYOUTS = ("right", "left", "packed")
+#: our loop's layouts (``TrainingForward``), then verl's engine's (``verl_engine``: remove-padding
+#: on and off), each through its own forward
+LOOP_LAYOUTS = ("right", "left", "packed")
+LAYOUTS = (*LOOP_LAYOUTS, "verl-rmpad", "verl-padded")
 MICRO_BATCHES = (1, 2, 4, 8)
 #: eight sequences of mixed lengths: a micro-batch's padding width changes with its members
 LENGTHS = (37, 64, 12, 50, 23, 64, 41, 30)
@@ -39,16 +42,6 @@ def sequences(seed: int = 1, vocab: int = 1024) -> list[list[int]]:
     """The sampled sequences the trainer scores (token ids, never the pad id)."""
     gen = torch.Generator().manual_seed(seed)
     return [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in LENGTHS]
-
-
-def weights_digest(model: Any) -> str:
-    """sha256 over the parameters a side holds (name, dtype, shape, bytes, in name order)."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return digest.hexdigest()
 
 
 def _logprob_fn() -> Any:
@@ -88,8 +81,9 @@ class TrainingForward:
     def logprobs(self, seqs: list[list[int]], micro_batch: int, layout: str
                  ) -> list[torch.Tensor]:
         """Each sequence's logprobs of its tokens 1..n-1, micro-batch by micro-batch."""
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout={layout!r}: use one of {', '.join(LAYOUTS)}")
+        if layout not in LOOP_LAYOUTS:
+            raise ValueError(f"layout={layout!r}: use one of {', '.join(LOOP_LAYOUTS)} "
+                             "(verl's layouts run through verl_engine.VerlEngineForward)")
         out: list[torch.Tensor] = []
         for start in range(0, len(seqs), micro_batch):
             out += self._forward(seqs[start:start + micro_batch], layout)
@@ -134,7 +128,7 @@ class TrainingForward:
         return out
 
 
-def check_micro_batch(fwd: TrainingForward, layout: str, seqs: list[list[int]] | None = None
+def check_micro_batch(fwd: Any, layout: str, seqs: list[list[int]] | None = None
                       ) -> InvarianceReport:
     """Every sequence's logprobs at micro-batch sizes 2, 4, 8 in ``layout`` against the
     sequence alone, unpadded (micro-batch 1); and two passes with different micro-batch sizes
@@ -142,7 +136,7 @@ def check_micro_batch(fwd: TrainingForward, layout: str, seqs: list[list[int]] |
     that moves a logprob far (a packed row without its block mask) is a large difference on
     the same inputs: a drift, judged against the row's envelope, never "not comparable"."""
     seqs = seqs or sequences()
-    reference = fwd.logprobs(seqs, 1, "right")
+    reference = fwd.logprobs(seqs, 1, "right" if layout in LOOP_LAYOUTS else layout)
     report = InvarianceReport(f"{fwd.name}, {layout}", MICRO_BATCHES[1:], (layout,), 0,
                               max(len(s) for s in seqs))
     report.check = "micro-batch"
@@ -158,6 +152,18 @@ def check_micro_batch(fwd: TrainingForward, layout: str, seqs: list[list[int]] |
     return report
 
 
+def forward(layout: str, dtype: str, device: Any = "cpu") -> Any:
+    """The forward a layout runs through: our loop, or verl's own engine."""
+    if layout in LOOP_LAYOUTS:
+        return TrainingForward(dtype=dtype, device=device)
+    from harness.logprobs.verl_engine import LAYOUTS as VERL_LAYOUTS
+    from harness.logprobs.verl_engine import VerlEngineForward
+
+    if layout not in VERL_LAYOUTS:
+        raise ValueError(f"layout={layout!r}: use one of {', '.join(LAYOUTS)}")
+    return VerlEngineForward(dtype=dtype, remove_padding=VERL_LAYOUTS[layout])
+
+
 def run_training_case(layout: str, enabled: bool, dtype: str, target: str,
                       nudge: Any = None) -> InvarianceReport:
     """Child side: the target's switch the way users turn it on, then the training forward,
@@ -168,7 +174,7 @@ def run_training_case(layout: str, enabled: bool, dtype: str, target: str,
 
     tgt = get_target(target)
     tgt.set_switch(enabled)
-    fwd = TrainingForward(dtype=dtype, device=devices.device())
+    fwd = forward(layout, dtype, devices.device())
     if nudge is not None:
         nudge(fwd)
     seqs = sequences()
@@ -194,6 +200,10 @@ def diagnose(fwd: TrainingForward, layout: str, seqs: list[list[int]], micro: in
     batch = [seqs[index]] + [s for j, s in enumerate(seqs[start:start + micro], start)
                              if j != index]
     at = {"op": None, "batch_size": micro}
+    if layout not in LOOP_LAYOUTS:
+        return {**at, "sentence": "first divergent op: not located (verl's engine packs or "
+                                  "pads the micro-batch itself: no op's output lines up with "
+                                  "the sequence's alone)"}
     if layout == "packed":
         return {**at, "sentence": "first divergent op: not located (a packed row holds every "
                                   "sequence of its micro-batch: no op's output lines up with "
