@@ -94,7 +94,8 @@ class VerlEngineForward:
         self.name = (f"verl {verl.__version__} {type(self.engine).__name__} (fsdp2, "
                      f"use_remove_padding={remove_padding}, temperature {temperature}, "
                      f"{dtype if MIXED[dtype] else 'bf16 mixed precision, verl default'}, "
-                     f"sdpa, platform {self.platform}; seeded 4-layer llama)")
+                     f"sdpa, platform {self.platform}; seeded 4-layer llama) + its "
+                     "verl.utils.torch_functional.logprobs_from_logits")
 
     def batch(self, seqs: list[list[int]], micro_batch: int) -> Any:
         """The TensorDict verl's worker hands its engine for ``compute_log_prob``."""
@@ -119,17 +120,51 @@ class VerlEngineForward:
                  ) -> list[torch.Tensor]:
         """Each sequence's logprobs of its tokens 1..n-1, as verl's engine returns them (its
         last entry, the rolled label, dropped). ``layout`` must be this engine's own."""
+        return self.run(seqs, micro_batch, layout)[0]
+
+    def run(self, seqs: list[list[int]], micro_batch: int, layout: str = "",
+            logits: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """``logprobs``, and with ``logits`` each sequence's logits at its positions 0..n-2
+        as the engine's model gave them (before the temperature), caught by a forward hook
+        on the model: what a full-distribution comparison needs and verl does not return."""
         if layout and LAYOUTS.get(layout) is not self.remove_padding:
             raise ValueError(f"layout={layout!r}: this engine was built with "
                              f"use_remove_padding={self.remove_padding}")
         if len(seqs) % micro_batch:
             raise ValueError(f"micro_batch={micro_batch}: verl needs it to divide the "
                              f"{len(seqs)} sequences")
-        with self.engine.eval_mode():
-            out = self.engine.infer_batch(self.batch(seqs, micro_batch), loss_function=None)
-        rows = out["model_output"]["log_probs"].unbind()
-        return [row[:-1].float().cpu() for row in rows]
+        caught: list[torch.Tensor] = []
 
+        def hook(_module: Any, _inputs: Any, output: Any) -> None:
+            caught.append(output.logits.detach().float().cpu())
+
+        handle = self.model.register_forward_hook(hook) if logits else None
+        try:
+            with self.engine.eval_mode():
+                out = self.engine.infer_batch(self.batch(seqs, micro_batch),
+                                              loss_function=None)
+        finally:
+            if handle is not None:
+                handle.remove()
+        rows = [row[:-1].float().cpu() for row in out["model_output"]["log_probs"].unbind()]
+        return rows, self._split(caught, seqs, micro_batch)
+
+    def _split(self, caught: list[torch.Tensor], seqs: list[list[int]], micro_batch: int
+               ) -> list[torch.Tensor]:
+        """Per sequence, from each micro-batch's logits: a packed row cut at the sequences'
+        lengths (remove-padding), or a padded batch's rows to each length."""
+        out: list[torch.Tensor] = []
+        for chunk, logits in zip((seqs[i:i + micro_batch]
+                                  for i in range(0, len(seqs), micro_batch)), caught,
+                                 strict=False):
+            offset = 0
+            for j, seq in enumerate(chunk):
+                if self.remove_padding:
+                    out.append(logits[0, offset:offset + len(seq) - 1])
+                    offset += len(seq)
+                else:
+                    out.append(logits[j, :len(seq) - 1])
+        return out
 
 def unavailable() -> str | None:
     """Why verl's engine cannot run in this environment (None: it can)."""
