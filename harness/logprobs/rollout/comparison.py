@@ -47,10 +47,16 @@ class Consistency:
     #: the first op whose output differs (None: not located, ``not_located`` says why)
     first_divergent_op: str | None = None
     not_located: str = NOT_LOCATED
+    #: where the two sides part by module boundary (``layer_states.LayerReport.to_dict``):
+    #: empty where the engine side captured no layer states
+    layers: dict[str, Any] = field(default_factory=dict)
 
     def where(self) -> str:
         """Where the two sides part, as the failure text says it."""
-        return self.first_divergent_op or f"not located ({self.not_located})"
+        if self.layers:
+            return str(self.layers["sentence"])
+        return (f"first divergent op: "
+                f"{self.first_divergent_op or f'not located ({self.not_located})'}")
 
     @property
     def fraction(self) -> float:
@@ -145,8 +151,34 @@ def verl_metrics(rollout_lp: list[torch.Tensor], training_lp: list[torch.Tensor]
 
 def score(side: dict[str, Any], dtype: str, nudge: Any = None) -> Consistency:
     """In an isolated child: the trainer's recompute of the engine's tokens, compared (verl's
-    metrics are computed where verl is, not in pytest's process)."""
-    return compare(side, recompute(side, dtype, nudge), dtype)
+    metrics are computed where verl is, not in pytest's process), and where the engine side
+    captured its layer states, where the two part (``layers``)."""
+    found = compare(side, recompute(side, dtype, nudge), dtype)
+    if side.get("layers") and not found.not_comparable:
+        found.layers = layers_report(side, dtype, nudge).to_dict()
+    return found
+
+
+def layers_report(side: dict[str, Any], dtype: str, nudge: Any = None) -> Any:
+    """The engine's boundary states against transformers' Llama on the same tokens (the
+    trainer's model: verl's engine runs it, and on a sequence alone gives the same bits,
+    ``tests/test_verl_engine.py``); ``nudge(forward)`` as for ``recompute``."""
+    from harness.logprobs import layer_states
+    from harness.logprobs.training import TrainingForward
+    from harness.stack import devices
+
+    captured = side["layers"]
+    fwd = TrainingForward(dtype=dtype, device=devices.device())
+    if nudge is not None:
+        nudge(fwd)
+    seqs = [r["prompt"] + r["tokens"] for r in side["requests"]]
+    trainer = [layer_states.trainer_states(fwd.model, seq) for seq in seqs]
+    local = [layer_states.local_states(fwd.model, states) for states in captured["states"]]
+    report = layer_states.compare(captured["states"], trainer, local, captured["layers"],
+                                  engine_name=side["engine"], trainer_name=fwd.name,
+                                  dtype=dtype)
+    report.not_captured = captured.get("not_captured") or ""
+    return report
 
 
 def two_engines(first: dict[str, Any], second: dict[str, Any]) -> list[str]:

@@ -15,11 +15,15 @@ from harness.logprobs import seeded_model
 from harness.logprobs.rollout.inputs import STEPS, checkpoint_digest, prompts
 
 
-def rollout(dtypes: list[str], out: Path, seed: int = 0) -> None:
+def rollout(dtypes: list[str], out: Path, seed: int = 0,
+            seed_attention: int | None = None) -> None:
     """Start an engine per dtype on the seeded checkpoint, sample every prompt with its own
-    seed, and save what the engine said (``torch.save``: plain tensors and lists)."""
+    seed, and save what the engine said (``torch.save``: plain tensors and lists), with each
+    sampled sequence's layer states (``layer_states.engine_states``). ``seed_attention``: a
+    control, that layer's attention output changed inside the engine for the capture."""
     import vllm
 
+    from harness.logprobs.layer_states import SeedAttention, engine_states
     from harness.logprobs.vllm_source import VllmSource
 
     record: dict[str, Any] = {"pid": os.getpid(), "dtypes": {}}
@@ -48,9 +52,12 @@ def rollout(dtypes: list[str], out: Path, seed: int = 0) -> None:
                                          dtype=torch.float32),
                 "rows": rows,
             })
+        layers = engine_states(
+            source.llm, vllm.SamplingParams, [r["prompt"] + r["tokens"] for r in requests],
+            None if seed_attention is None else SeedAttention(seed_attention))
         record["dtypes"][dtype] = {"engine": source.name,
                                    "checkpoint": checkpoint_digest(source.model_dir),
-                                   "requests": requests}
+                                   "requests": requests, "layers": layers}
         del source
     torch.save(record, out)
 
@@ -61,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=0,
                         help="the engine's seed, added to every request's (a control: 1)")
+    parser.add_argument("--seed-attention", type=int, default=None, metavar="LAYER",
+                        help="a control: this layer's attention output changed inside the "
+                        "engine while the layer states are captured")
     args = parser.parse_args(argv)
-    rollout(args.dtype, args.out, args.seed)
+    rollout(args.dtype, args.out, args.seed, args.seed_attention)
     return 0

@@ -1,0 +1,63 @@
+"""Where two sides part, by module boundary (issue 58, part 1), without an engine: the
+seeded Llama against itself names nothing; a regression seeded into one decoder layer's MLP
+on one side is named at that layer and that module, end to end and locally; a boundary one
+side did not capture is said, never taken as equal. The engine's side (vLLM's deferred
+residual, its own hooks) is checked in tests/test_vllm_engine.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import run_isolated
+from harness.logprobs import hf_source, layer_states
+
+pytestmark = pytest.mark.skipif(hf_source.unavailable() is not None,
+                                reason=f"{hf_source.unavailable()}")
+
+
+def _scale_mlp(model: object, layer: int = 2) -> None:
+    mlp = model.model.layers[layer].mlp  # type: ignore[attr-defined]
+    mlp.register_forward_hook(lambda _m, _i, out: out * (1.0 + 2.0 ** -5))
+
+
+def _compare(seeded: bool) -> dict[str, object]:
+    from harness.logprobs.training import TrainingForward, sequences
+
+    seqs = sequences()[:2]
+    engine_side = TrainingForward(dtype="float32")
+    trainer_side = TrainingForward(dtype="float32", folder=engine_side.folder)
+    if seeded:
+        _scale_mlp(trainer_side.model)
+    engine = [layer_states.trainer_states(engine_side.model, s) for s in seqs]
+    trainer = [layer_states.trainer_states(trainer_side.model, s) for s in seqs]
+    local = [layer_states.local_states(trainer_side.model, e) for e in engine]
+    report = layer_states.compare(engine, trainer, local, 4, dtype="float32")
+    return report.to_dict()
+
+
+def test_a_model_against_itself_parts_nowhere() -> None:
+    got = run_isolated(_compare, False, method="forkserver").value
+    assert got["first"] is None and got["largest_local"] is None, got["sentence"]
+    assert len(got["rows"]) == 1 + 4 * 5 + 2
+    assert got["sentence"].startswith("first divergent layer: none (23 boundaries bit-equal")
+
+
+def test_a_seeded_mlp_change_is_named_at_its_layer_and_module() -> None:
+    got = run_isolated(_compare, True, method="forkserver").value
+    assert got["first"] == "layer2.mlp" and got["largest_local"] == "layer2.mlp", got["sentence"]
+    assert got["sentence"].startswith("first divergent layer: layer 2, mlp ("), got["sentence"]
+    assert "bit-equal before it: embedding, layer0.input_norm, " in got["sentence"]
+    assert "the trainer's modules that differ: mlp (layer 2); most at layer 2, mlp" \
+        in got["sentence"], got["sentence"]
+
+
+def test_a_boundary_not_captured_is_said() -> None:
+    one = {"embedding": torch.zeros(2, 3)}
+    report = layer_states.compare([one], [one], [one], 1)
+    assert [b.name for b in report.rows if not b.captured] == [
+        "layer0.input_norm", "layer0.attention", "layer0.post_attention_norm", "layer0.mlp",
+        "layer0", "final_norm", "logits"]
+    report.not_captured = "the engine's hooks saw no layer0"
+    assert report.sentence() == ("first divergent layer: not captured (the engine's hooks "
+                                 "saw no layer0)")
