@@ -79,3 +79,20 @@ def test_the_entry_point_names_the_plugin() -> None:
     pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     plugins = pyproject["project"]["entry-points"]["vllm.general_plugins"]
     assert plugins == {step_log.PLUGIN: "harness.logprobs.serving.step_log:register"}
+
+
+def test_a_prompt_comparison_with_no_position_in_common_is_vacuous() -> None:
+    """Issue 58: a comparison with nothing to compare fails as vacuous, never equal."""
+    import torch
+
+    from harness.logprobs.serving.comparison import ServingReport
+
+    report = ServingReport("prefix-cache", "vllm")
+    report.compare_prompt("after the prefix's request vs first", torch.zeros(0),
+                          torch.zeros(5))
+    assert report.equal and report.vacuous == (
+        "vacuous: after the prefix's request vs first: no prompt position to compare (the two "
+        "runs returned 0 and 5 prompt logprobs)")
+    both = ServingReport("prefix-cache", "vllm")
+    both.compare_prompt("x", torch.zeros(3), torch.zeros(5))
+    assert not both.vacuous and both.prompt_positions == 3

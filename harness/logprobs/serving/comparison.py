@@ -54,8 +54,12 @@ class ServingReport:
             self.compare_prompt(what, ref.prompt_logprobs, got.prompt_logprobs)
 
     def compare_prompt(self, what: str, ref: torch.Tensor, got: torch.Tensor) -> None:
-        """The positions both have (the last ones: a run that read the cache has fewer)."""
+        """The positions both have (the last ones: a run that read the cache has fewer). No
+        position in common is nothing compared: vacuous, never equal."""
         n = min(len(ref), len(got))
+        if not n and not self.vacuous:
+            self.vacuous = (f"vacuous: {what}: no prompt position to compare (the two runs "
+                            f"returned {len(ref)} and {len(got)} prompt logprobs)")
         self.prompt_positions = max(self.prompt_positions, n)
         found = self._measure(ref[len(ref) - n:], got[len(got) - n:]) if n else None
         if found is not None:
