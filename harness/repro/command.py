@@ -143,7 +143,7 @@ def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = No
     writes none that did not fail as the finding says."""
     header, record = _record(results, test_id)
     finding = _finding(test_id, record, ledger if ledger is not None else load_ledger())
-    recipe = RECIPES.get(finding.id)
+    recipe = RECIPES.get(finding.recipe or finding.id)
     if recipe is None:
         raise ReproError(f"finding {finding.id}: no standalone reproducer yet (the recipes: "
                          f"{', '.join(sorted(RECIPES))}); file it with its ledger evidence")

@@ -32,6 +32,9 @@ class Recipe:
     #: why: what the release's declared install needs on this kind of machine
     after_install: tuple[tuple[str, ...], ...] = ()
     after_install_why: str = ""
+    #: a recipe for a class of findings, named by a ledger entry's ``recipe`` (``finding``
+    #: is then the class's name, not a ledger id)
+    for_class: bool = False
 
     def defaults(self) -> dict[str, int]:
         return {name: values[0] for name, values in self.params.items()}

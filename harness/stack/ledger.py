@@ -43,6 +43,9 @@ class Finding:
     #: where it is tracked upstream once filed (an issue's URL; "" not filed yet:
     #: ``npu-regress repro`` writes the reproducer and the issue body)
     upstream: str = ""
+    #: the reproducer recipe of its class (``npu-regress repro``), where it is not the
+    #: finding's own (a recipe named by the finding's id)
+    recipe: str = ""
 
     def applies(self, version: str | None,
                 versions: Any = installed_version) -> bool:
@@ -85,5 +88,5 @@ def load_ledger(path: Path | None = None) -> list[Finding]:
                              entry["affected"], tuple(entry["cases"]), match,
                              " ".join(entry["evidence"].split()), entry.get("fix", ""),
                              tuple(sorted(dict(entry.get("also", {})).items())),
-                             str(entry.get("upstream", ""))))
+                             str(entry.get("upstream", "")), str(entry.get("recipe", ""))))
     return found
