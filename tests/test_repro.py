@@ -275,3 +275,22 @@ def test_a_regression_seeded_into_verl_gives_a_reproducer_that_fails_until_it_is
     with pytest.raises(ReproError, match="did not reproduce verl-logprobs-seeded"):
         reproduce(RL_CASE, results, tmp_path / "unseeded", python=str(python), ledger=ledger)
     assert not (tmp_path / "unseeded").exists()
+
+
+@pytest.mark.parametrize("finding", sorted(f for f, r in RECIPES.items() if r.needs_npu))
+def test_every_npu_recipe_reaches_the_device_boundary(finding: str, tmp_path: Path) -> None:
+    """Each finding shown through the torch_npu stand-in has a script that targets an NPU:
+    here it compiles, imports no ``harness`` and exits 77 ("needs an NPU"), never 0 or 1."""
+    from harness.stack.ledger import load_ledger
+
+    entry = next(f for f in load_ledger() if f.id == finding)
+    case = entry.cases[0]
+    results = _results(tmp_path / "r.jsonl", case,
+                       f"known release finding {finding} ({entry.distribution} "
+                       f"0.23.0.post1, ledger range {entry.affected}): ...",
+                       {"vllm_ascend": "0.23.0.post1", "vllm": "0.23.0", "sglang": "0.5.23",
+                        "torch": "2.13.0+cpu"})
+    done = reproduce(case, results, tmp_path / "out", python=sys.executable)
+    assert done["runs"] == [{"args": [], "exit": NEEDS_NPU}] and done["needs_npu"], done
+    assert "harness" not in _imports((tmp_path / "out" / "repro.py").read_text())
+    assert "exited 77 (needs an NPU (none here))" in (tmp_path / "out" / "ISSUE.md").read_text()

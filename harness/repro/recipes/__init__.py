@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from harness.repro.recipe import Recipe
 from harness.repro.recipes import (
+    sglang_disable_rebinds,
     verl_logprobs_rows,
     vllm_ascend_sum_dim,
+    vllm_ascend_sum_forms,
     vllm_cpu_prompt_cache,
     vllm_cpu_triton,
 )
@@ -15,4 +17,6 @@ from harness.repro.recipes import (
 RECIPES: dict[str, Recipe] = {r.finding: r for r in (vllm_cpu_triton.RECIPE,
                                                      vllm_cpu_prompt_cache.RECIPE,
                                                      vllm_ascend_sum_dim.RECIPE,
+                                                     vllm_ascend_sum_forms.RECIPE,
+                                                     sglang_disable_rebinds.RECIPE,
                                                      verl_logprobs_rows.RECIPE)}
