@@ -761,6 +761,8 @@ def test_a_reproducer_folder_goes_beside_the_report_and_on_its_test_s_card(
     assert (copied / "ISSUE.md").is_file() and (copied / "requirements.txt").is_file()
     html = (out / "report.html").read_text()
     assert "reproducer" in html and "repro/vllm-cpu-batch-invariant-triton/ISSUE.md" in html
+    for name in ("repro.py", "ISSUE.md", "requirements.txt"):  # links, not only paths
+        assert f'<a href="repro/vllm-cpu-batch-invariant-triton/{name}">{name}</a>' in html
     problems = json.loads((out / "summary.json").read_text())["problems"]
     assert any(str(other) in p and "a test no runner ran tonight" in p for p in problems)
     assert any(str(empty) in p and "not read as a reproducer" in p for p in problems)

@@ -54,6 +54,8 @@ class Cell:
     bisect_command: str | None = None
     #: where a release finding's standalone reproducer is (``report render --repro``)
     repro: str | None = None
+    #: the reproducer's files beside the report: (file name, relative link)
+    repro_links: tuple[tuple[str, str], ...] = ()
     history: list[str] = field(default_factory=list)
     events_before: dict[str, int] | None = None
     events_now: dict[str, int] | None = None

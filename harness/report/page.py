@@ -178,6 +178,8 @@ def _logprob_diagnosis(report: Any) -> str:
 class Diagnosis:
     title: str
     text: str
+    #: files beside the report it names: (label, relative link)
+    links: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -281,7 +283,8 @@ def failure_cards(comp: Comparison) -> list[Card]:
                     _diagnoses(family, first, cells[0]), full=first.longrepr)
         for cell in cells:
             if cell.repro and not any(d.title == "reproducer" for d in card.diagnoses):
-                card.diagnoses.insert(0, Diagnosis("reproducer", cell.repro))
+                card.diagnoses.insert(0, Diagnosis("reproducer", cell.repro,
+                                                   cell.repro_links))
             if cell.bisect or cell.bisect_command:
                 card.diagnoses.insert(0, Diagnosis(
                     f"bisect on {cell.runner}", cell.bisect

@@ -60,4 +60,5 @@ def attach(comp: Comparison, reproducers: list[tuple[Path, dict[str, Any]]],
                 f"{where}/requirements.txt; verified: {data['verified']}")[:600]
         for cell in cells:
             cell.repro = text
+            cell.repro_links = tuple((name, f"{where}/{name}") for name in FILES)
     return problems
