@@ -294,3 +294,25 @@ def test_every_npu_recipe_reaches_the_device_boundary(finding: str, tmp_path: Pa
     assert done["runs"] == [{"args": [], "exit": NEEDS_NPU}] and done["needs_npu"], done
     assert "harness" not in _imports((tmp_path / "out" / "repro.py").read_text())
     assert "exited 77 (needs an NPU (none here))" in (tmp_path / "out" / "ISSUE.md").read_text()
+
+
+PATCH_CASE = ("suites/test_patch_guard.py::test_drift[verl-glm52-vllm-partial-wake-up-"
+              "DPEngineCoreProc.execute_dummy_batch-comments]")
+
+
+def test_the_patch_guard_finding_fails_with_a_comment_and_its_control_passes(
+        tmp_path: Path) -> None:
+    """verl 0.9.1's GLM-5.2 patch against vLLM 0.23.0 (the default profile's pairing, run
+    with this interpreter: a fresh venv would pull vLLM 0.23.0's CUDA torch): the script
+    exits 1 with a comment added to execute_dummy_batch, 0 without it (its control)."""
+    pytest.importorskip("verl")
+    pytest.importorskip("vllm")
+    results = _results(tmp_path / "r.jsonl", PATCH_CASE,
+                       "known release finding verl-glm52-dummy-batch-exact-source (verl 0.9.1, "
+                       "ledger range ==0.9.1): ...", {"verl": "0.9.1", "vllm": "0.23.0"})
+    out = tmp_path / "out"
+    done = reproduce(PATCH_CASE, results, out, python=sys.executable)
+    assert [r["exit"] for r in done["runs"]] == [FOUND, FIXED], done
+    assert "harness" not in _imports((out / "repro.py").read_text())
+    assert (out / "requirements.txt").read_text().split() == ["verl==0.9.1", "vllm==0.23.0"]
+    assert "--no-comment` exited 0" in (out / "ISSUE.md").read_text()

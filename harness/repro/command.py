@@ -17,7 +17,7 @@ from typing import Any
 from harness.repro import FIXED, FOUND, NEEDS_NPU
 from harness.repro.issue import issue_body
 from harness.repro.recipe import Recipe
-from harness.repro.recipes import RECIPES
+from harness.repro.recipes import NOT_STANDALONE, RECIPES
 from harness.repro.verify import Run, VerifyError, fresh_venv, run
 from harness.stack.installed import distribution
 from harness.stack.ledger import Finding, LedgerError, load_ledger
@@ -144,6 +144,9 @@ def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = No
     header, record = _record(results, test_id)
     finding = _finding(test_id, record, ledger if ledger is not None else load_ledger())
     recipe = RECIPES.get(finding.recipe or finding.id)
+    if recipe is None and finding.id in NOT_STANDALONE:
+        raise ReproError(f"finding {finding.id}: not made standalone: "
+                         f"{NOT_STANDALONE[finding.id]}; file it with its ledger evidence")
     if recipe is None:
         raise ReproError(f"finding {finding.id}: no standalone reproducer yet (the recipes: "
                          f"{', '.join(sorted(RECIPES))}); file it with its ledger evidence")
