@@ -214,3 +214,23 @@ def test_the_figures_are_marked_for_the_report() -> None:
     assert report["check"] == schema.ROLLOUT_CHECK
     assert set(schema.FIGURES) <= set(report)
 
+
+
+def test_two_engines_must_agree_on_their_layer_states_too() -> None:
+    """The layer states of requests that sampled the same tokens must be the same bits; the
+    first boundary where two engines part is named (a request with other tokens is not
+    compared: its tokens already are the problem)."""
+    from harness.logprobs import rollout
+
+    def record(bump: float, tokens: list[int]) -> dict[str, object]:
+        states = {"embedding": torch.zeros(3, 4), "layer0.input_norm": torch.ones(3, 4) + bump}
+        request = {"prompt": [5], "tokens": tokens, "logprobs": torch.zeros(2),
+                   "rows": torch.zeros(2, 8)}
+        return {"pid": 1 + int(bump * 10), "dtypes": {"float32": {
+            "requests": [request], "layers": {"layers": 1, "states": [states]}}}}
+
+    assert rollout.two_engines(record(0.0, [1, 2]), record(0.0, [1, 2]) | {"pid": 9}) == []
+    assert rollout.two_engines(record(0.0, [1, 2]), record(0.5, [1, 2])) == [
+        "float32 request 0: the engines' layer states part at layer0.input_norm"]
+    other = rollout.two_engines(record(0.0, [1, 2]), record(0.5, [2, 1]))
+    assert other == ["float32 request 0: the second engine sampled other tokens"], other

@@ -199,16 +199,21 @@ def two_engines(first: dict[str, Any], second: dict[str, Any]) -> list[str]:
                     problems.append(f"{dtype} request {i}: {name} differ between the engines "
                                     f"(max |diff| {differ[1]:.3g}, {differ[2]} ULP, "
                                     f"{differ[3]} values)")
-        problems += _layers_agree(dtype, a.get("layers"), b.get("layers"))
+        same = [x["tokens"] == y["tokens"] for x, y in zip(a["requests"], b["requests"],
+                                                             strict=True)]
+        problems += _layers_agree(dtype, a.get("layers"), b.get("layers"), same)
     return problems
 
 
-def _layers_agree(dtype: str, first: Any, second: Any) -> list[str]:
-    """The two engines' layer states (``layer_states.engine_states``), boundary by boundary:
-    the same bits, or the first boundary where they part."""
+def _layers_agree(dtype: str, first: Any, second: Any, same: list[bool]) -> list[str]:
+    """The two engines' layer states (``layer_states.engine_states``) of the requests that
+    sampled the same tokens, boundary by boundary: the same bits, or the first boundary
+    where they part."""
     if not first or not second:
         return []
     for i, (x, y) in enumerate(zip(first["states"], second["states"], strict=True)):
+        if not same[i]:
+            continue
         for name in [*x, *(k for k in y if k not in x)]:  # in the order a token passes
             differ = compare_bits(x[name], y[name]) if name in x and name in y else (0, 0, 0, 1)
             if differ:
