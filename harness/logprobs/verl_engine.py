@@ -20,7 +20,6 @@ flash-attention's varlen kernel does from them), and ``use_torch_compile`` is of
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 import torch
@@ -48,10 +47,8 @@ def _process_group() -> None:
         return
     for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
         os.environ.setdefault(key, value)
-    # a file rendezvous (no port to race for) in the isolated child's own temporary folder
-    store = os.path.join(tempfile.mkdtemp(prefix="npu-regress-verl-"), "store")
-    dist.init_process_group(get_nccl_backend(), init_method=f"file://{store}", rank=0,
-                            world_size=1)
+    # a group of one meets nobody: an in-memory store (no file to leave, no port to race for)
+    dist.init_process_group(get_nccl_backend(), store=dist.HashStore(), rank=0, world_size=1)
 
 
 class VerlEngineForward:

@@ -6,6 +6,30 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+#: the last lines of every script: its exit status is its verdict
+ENTRY = '\n\nif __name__ == "__main__":\n    sys.exit(main())\n'
+#: the device boundary of a script that needs an NPU: torch and torch_npu import and an NPU
+#: is there, or it exits 77 ("needs an NPU"), never 0 or 1
+NPU_BOUNDARY = """    try:
+        import torch
+        import torch_npu
+    except Exception as exc:  # no torch_npu, or no CANN to load it
+        print(f"needs an NPU: torch_npu cannot be imported ({exc})")
+        return 77
+    if not torch.npu.is_available():
+        print("needs an NPU: torch.npu.is_available() is False")
+        return 77
+"""
+
+
+def template(text: str) -> Callable[[Mapping[str, int]], str]:
+    """A recipe's ``script`` from a template: its parameters filled in, ``{npu_boundary}``
+    replaced by ``NPU_BOUNDARY``, ``ENTRY`` at the end."""
+    def script(params: Mapping[str, int]) -> str:
+        return text.format(npu_boundary=NPU_BOUNDARY, **params) + ENTRY
+
+    return script
+
 
 @dataclass(frozen=True)
 class Recipe:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from harness.repro.recipe import Recipe
+from harness.repro.recipe import Recipe, template
 
 _SCRIPT = '''"""Reproducer: on an NPU, SGLang's disable_batch_invariant_mode() leaves torch_npu's
 fused infer attention, its workspace helper and npu_add_rms_norm bound to the
@@ -37,16 +37,7 @@ def bound(modules):
 
 
 def main():
-    try:
-        import torch
-        import torch_npu
-    except Exception as exc:  # no torch_npu, or no CANN to load it
-        print(f"needs an NPU: torch_npu cannot be imported ({{exc}})")
-        return 77
-    if not torch.npu.is_available():
-        print("needs an NPU: torch.npu.is_available() is False")
-        return 77
-    try:
+{npu_boundary}    try:
         from sglang.srt.batch_invariant_ops import batch_invariant_ops as bio
     except ImportError as exc:
         print(f"cannot run: {{exc}} (see requirements.txt)")
@@ -71,15 +62,7 @@ def main():
         return 1
     print("observed: every one is torch_npu's own again")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 '''
-
-
-def script(params: Mapping[str, int]) -> str:
-    return _SCRIPT.format(**params)
 
 
 def requirements(versions: Mapping[str, str]) -> list[str]:
@@ -92,7 +75,7 @@ def requirements(versions: Mapping[str, str]) -> list[str]:
 
 
 RECIPE = Recipe(
-    finding="sglang-disable-keeps-npu-rebinds", script=script, requirements=requirements,
+    finding="sglang-disable-keeps-npu-rebinds", script=template(_SCRIPT), requirements=requirements,
     inputs="no tensors: the four torch_npu functions' objects before "
            "enable_batch_invariant_mode(), after it, and after disable_batch_invariant_mode(), "
            "in one process",

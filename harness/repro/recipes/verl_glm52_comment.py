@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from harness.repro.recipe import Recipe
+from harness.repro.recipe import Recipe, template
 
 _SCRIPT = '''"""Reproducer: verl's GLM-5.2 partial-wake-up patch (VERL_VLLM_ASCEND_GLM52_PATCH=1)
 refuses a vLLM whose DPEngineCoreProc.execute_dummy_batch differs from the released one by a
@@ -59,15 +59,7 @@ def main():
         return 1
     print("observed: the patch applied")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 '''
-
-
-def script(params: Mapping[str, int]) -> str:
-    return _SCRIPT.format(**params)
 
 
 def requirements(versions: Mapping[str, str]) -> list[str]:
@@ -76,7 +68,8 @@ def requirements(versions: Mapping[str, str]) -> list[str]:
 
 
 RECIPE = Recipe(
-    finding="verl-glm52-dummy-batch-exact-source", script=script, requirements=requirements,
+    finding="verl-glm52-dummy-batch-exact-source", script=template(_SCRIPT),
+    requirements=requirements,
     inputs="vLLM's released DPEngineCoreProc.execute_dummy_batch with one comment line added "
            "(from a file, so inspect.getsource reads it), then verl's "
            "patch_vllm_glm52_partial_wake_up() with VERL_VLLM_ASCEND_GLM52_PATCH=1",

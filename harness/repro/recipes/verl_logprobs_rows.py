@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from harness.repro.recipe import Recipe
+from harness.repro.recipe import Recipe, template
 
 _SCRIPT = '''"""Reproducer: verl's logprobs_from_logits gives one sequence's tokens other bits when
 the same call also holds other sequences' rows (old_log_prob vs log_prob at other micro-batch
@@ -54,15 +54,7 @@ def main():
         return 1
     print("observed: the same bits")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 '''
-
-
-def script(params: Mapping[str, int]) -> str:
-    return _SCRIPT.format(**params)
 
 
 def requirements(versions: Mapping[str, str]) -> list[str]:
@@ -73,7 +65,7 @@ def requirements(versions: Mapping[str, str]) -> list[str]:
 
 
 RECIPE = Recipe(
-    finding="verl-logprobs-rows", script=script, requirements=requirements,
+    finding="verl-logprobs-rows", script=template(_SCRIPT), requirements=requirements,
     inputs="seeded float32 logits (normal x 4) of one sequence and of other sequences beside "
            "it, random labels; verl's logprobs_from_logits on the sequence alone and inside "
            "one call with the others (a packed micro-batch)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from harness.repro.recipe import Recipe
+from harness.repro.recipe import Recipe, template
 
 KERNEL = "batch_invariant_ops::npu_reduce_sum_batch_invariant"
 
@@ -34,16 +34,7 @@ def ran(torch, call):
 
 
 def main():
-    try:
-        import torch
-        import torch_npu  # noqa: F401
-    except Exception as exc:  # no torch_npu, or no CANN to load it
-        print(f"needs an NPU: torch_npu cannot be imported ({{exc}})")
-        return 77
-    if not torch.npu.is_available():
-        print("needs an NPU: torch.npu.is_available() is False")
-        return 77
-    os.environ["VLLM_BATCH_INVARIANT"] = "1"
+{npu_boundary}    os.environ["VLLM_BATCH_INVARIANT"] = "1"
     try:
         import batch_invariant_ops  # noqa: F401 - vllm-ascend's AscendC ops package
         from vllm_ascend import batch_invariant
@@ -67,15 +58,11 @@ def main():
         return 1
     print("observed: both forms run it")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 '''
 
 
 def script(params: Mapping[str, int]) -> str:
-    return _SCRIPT.format(kernel=KERNEL, **params)
+    return template(_SCRIPT)({**params, "kernel": KERNEL})
 
 
 def requirements(versions: Mapping[str, str]) -> list[str]:

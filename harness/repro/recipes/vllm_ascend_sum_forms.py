@@ -5,9 +5,7 @@ and vllm-ascend's AscendC ops package."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from harness.repro.recipe import Recipe
+from harness.repro.recipe import Recipe, template
 from harness.repro.recipes.vllm_ascend_sum_dim import requirements
 
 _SCRIPT = '''"""Reproducer: vllm-ascend's batch-invariant mode rebinds torch.sum to reduce_sum, and
@@ -29,16 +27,7 @@ ROWS, COLS = {rows}, {cols}
 
 
 def main():
-    try:
-        import torch
-        import torch_npu  # noqa: F401
-    except Exception as exc:  # no torch_npu, or no CANN to load it
-        print(f"needs an NPU: torch_npu cannot be imported ({{exc}})")
-        return 77
-    if not torch.npu.is_available():
-        print("needs an NPU: torch.npu.is_available() is False")
-        return 77
-    host = (torch.arange(ROWS * COLS) % 7 - 3).reshape(ROWS, COLS).float()
+{npu_boundary}    host = (torch.arange(ROWS * COLS) % 7 - 3).reshape(ROWS, COLS).float()
     forms = {{
         "torch.sum(x, 0)": (lambda t: torch.sum(t, 0), host.sum(0)),
         "torch.sum(x, dim=0)": (lambda t: torch.sum(t, dim=0), host.sum(0)),
@@ -77,19 +66,11 @@ def main():
         return 1
     print("observed: every form returned the sum")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 '''
 
 
-def script(params: Mapping[str, int]) -> str:
-    return _SCRIPT.format(**params)
-
-
 RECIPE = Recipe(
-    finding="vllm-ascend-torch-sum-forms", script=script, requirements=requirements,
+    finding="vllm-ascend-torch-sum-forms", script=template(_SCRIPT), requirements=requirements,
     inputs="a float32 NPU tensor of small integers (exact sums); the switch as vllm-ascend's "
            "init turns it on (enable_batch_invariant_mode); four call forms of torch.sum "
            "against torch's own sum on the CPU",
