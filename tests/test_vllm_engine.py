@@ -327,53 +327,56 @@ def test_the_rollout_rows_of_the_rl_suite(tmp_path: Path) -> None:
         assert layers["first"] == "layer0.attention" and not layers["not_captured"], layers
         assert "bit-equal before it: embedding, layer0.input_norm)" in layers["sentence"], \
             layers["sentence"]
-    # the control: another engine seed samples other tokens, and the check says so
+    # the control: another engine seed samples other tokens, and the check says so. The
+    # first of these engines has layer 1's attention seeded for its layer capture only (the
+    # hook is set after sampling and removed after the capture: its tokens and logprobs are
+    # the engine's own), so one engine start serves the drift and the layer controls
     env = {**_env(), "PYTHONPATH": str(ROOT)}
     outs = []
     for seed in (0, 1):
         out = tmp_path / f"seed{seed}.pt"
+        seeded = [] if seed else ["--seed-attention", "1"]
         subprocess.run([str(python), "-m", "harness.logprobs.rollout", "--dtype", "float32",
-                        "--seed", str(seed), "--out", str(out)], cwd=ROOT,
+                        "--seed", str(seed), *seeded, "--out", str(out)], cwd=ROOT,
                        env={**env, **engine_env("cpu")}, check=True, capture_output=True,
                        timeout=600)
         outs.append(torch.load(out, weights_only=False))
     problems = rollout.two_engines(*outs)
     assert problems and all("sampled other tokens" in p for p in problems), problems
     _drift_controls(outs[0]["dtypes"]["float32"])
-    _layer_controls(outs[0]["dtypes"]["float32"], python, tmp_path, env)
+    _layer_controls(outs[0]["dtypes"]["float32"])
 
 
 def _scale_layer2_mlp(fwd: object) -> None:
-    """A regression seeded into the trainer: layer 2's MLP output scaled by 1 + 2^-5."""
+    """A regression seeded into the trainer: layer 2's MLP output scaled by 1 + 2^-3."""
     mlp = fwd.model.model.layers[2].mlp  # type: ignore[attr-defined]
-    mlp.register_forward_hook(lambda _m, _i, out: out * (1.0 + 2.0 ** -5))
+    mlp.register_forward_hook(lambda _m, _i, out: out * (1.0 + 2.0 ** -3))
 
 
-def _layer_controls(side: dict, python: Path, tmp_path: Path, env: dict) -> None:
-    """The first divergent layer's controls (issue 58): a change seeded into the trainer's
-    layer-2 MLP is named at layer 2, MLP; one seeded into the engine's layer-1 attention (a
-    hook inside vLLM's process) is named at layer 1, attention. The two sides part at layer
-    0's attention either way; the seeded module is the one that differs most on the engine's
-    own inputs."""
-    import torch
-
+def _layer_controls(seeded: dict) -> None:
+    """The first divergent layer's controls (issue 58), on an engine whose layer-1 attention
+    output was scaled by 1 + 2^-5 inside vLLM's process for the capture
+    (``--seed-attention 1``): it is named at layer 1, attention; a larger change seeded into
+    the trainer's layer-2 MLP is then named at layer 2, MLP, the seeded attention still
+    listed. The two sides part first at layer 0's attention either way: each seeded module is
+    the one that differs most on the engine's own inputs."""
     import harness
-    from harness.logprobs import rollout
-    from harness.logprobs.vllm_source import engine_env
 
-    trainer = harness.run_isolated(rollout.score, side, "float32", _scale_layer2_mlp,
-                                   method="spawn").value
-    assert trainer.layers["largest_local"] == "layer2.mlp", trainer.layers["sentence"]
-    assert "most at layer 2, mlp" in trainer.layers["sentence"]
-    out = tmp_path / "seeded-attention.pt"
-    subprocess.run([str(python), "-m", "harness.logprobs.rollout", "--dtype", "float32",
-                    "--seed-attention", "1", "--out", str(out)], cwd=ROOT,
-                   env={**env, **engine_env("cpu")}, check=True, capture_output=True,
-                   timeout=600)
-    seeded = torch.load(out, weights_only=False)["dtypes"]["float32"]
-    engine = harness.run_isolated(rollout.score, seeded, "float32", method="spawn").value
+    engine, trainer = harness.run_isolated(_both_scores, seeded, method="spawn").value
     assert engine.layers["first"] == "layer0.attention", engine.layers["sentence"]
     assert engine.layers["largest_local"] == "layer1.attention", engine.layers["sentence"]
+    assert "most at layer 1, attention" in engine.layers["sentence"]
+    assert trainer.layers["first"] == "layer0.attention", trainer.layers["sentence"]
+    assert trainer.layers["largest_local"] == "layer2.mlp", trainer.layers["sentence"]
+
+
+def _both_scores(side: dict) -> tuple[object, object]:
+    """In one child (one verl import): the case as captured, then with the trainer's MLP
+    seeded (each score builds its own forwards, so the seed does not reach the first)."""
+    from harness.logprobs import rollout
+
+    return (rollout.score(side, "float32"),
+            rollout.score(side, "float32", _scale_layer2_mlp))
 
 
 def _logsumexp_in_bf16(fwd: object) -> None:
