@@ -36,15 +36,27 @@ def _compare(seeded: bool) -> dict[str, object]:
     return report.to_dict()
 
 
-def test_a_model_against_itself_parts_nowhere() -> None:
-    got = run_isolated(_compare, False, method="forkserver").value
+@pytest.fixture(scope="module")
+def compared() -> dict[bool, dict[str, object]]:
+    """Both comparisons, in one child (one model load each, one import)."""
+    return run_isolated(_both, method="forkserver").value
+
+
+def _both() -> dict[bool, dict[str, object]]:
+    return {seeded: _compare(seeded) for seeded in (False, True)}
+
+
+def test_a_model_against_itself_parts_nowhere(compared: dict[bool, dict[str, object]]
+                                             ) -> None:
+    got = compared[False]
     assert got["first"] is None and got["largest_local"] is None, got["sentence"]
     assert len(got["rows"]) == 1 + 4 * 5 + 2
     assert got["sentence"].startswith("first divergent layer: none (23 boundaries bit-equal")
 
 
-def test_a_seeded_mlp_change_is_named_at_its_layer_and_module() -> None:
-    got = run_isolated(_compare, True, method="forkserver").value
+def test_a_seeded_mlp_change_is_named_at_its_layer_and_module(
+        compared: dict[bool, dict[str, object]]) -> None:
+    got = compared[True]
     assert got["first"] == "layer2.mlp" and got["largest_local"] == "layer2.mlp", got["sentence"]
     assert got["sentence"].startswith("first divergent layer: layer 2, mlp ("), got["sentence"]
     assert "bit-equal before it: embedding, layer0.input_norm, " in got["sentence"]

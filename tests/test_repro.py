@@ -27,7 +27,6 @@ from harness.repro.recipes import RECIPES
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_CASE = ("suites/test_logprob_batch_invariance.py::test_logprob_batch_invariance"
              "[batch-size-vllm-on-float32]")
-ASCEND_CASE = "suites/test_batch_invariant_switch.py::test_switch[vllm_ascend-tensor_sum-enabled]"
 
 
 def _results(path: Path, test_id: str, reason: str, manifest: dict[str, str],
@@ -57,21 +56,6 @@ def test_every_recipe_names_a_ledger_finding_and_writes_a_script_that_compiles()
             text = recipe.script(params)
             compile(text, f"{finding}/repro.py", "exec")
             assert "harness" not in _imports(text), finding
-
-
-def test_the_npu_finding_reaches_the_device_boundary_and_says_it_needs_an_npu(
-        tmp_path: Path) -> None:
-    results = _results(tmp_path / "r.jsonl", ASCEND_CASE,
-                       "known release finding vllm-ascend-tensor-sum-dim (vllm-ascend "
-                       "0.23.0.post1, ledger range >=0.18.0,<=0.23.0.post1): ...",
-                       {"vllm_ascend": "0.23.0.post1", "vllm": "0.23.0", "torch": "2.13.0+cpu"})
-    done = reproduce(ASCEND_CASE, results, tmp_path / "out", python=sys.executable)
-    assert done["runs"] == [{"args": [], "exit": NEEDS_NPU}] and done["needs_npu"]
-    out = tmp_path / "out"
-    assert "harness" not in _imports((out / "repro.py").read_text())
-    assert "exited 77 (needs an NPU (none here))" in (out / "ISSUE.md").read_text()
-    assert (out / "requirements.txt").read_text().splitlines()[:2] == [
-        "vllm-ascend==0.23.0.post1", "vllm==0.23.0"]
 
 
 def test_a_test_that_is_no_release_finding_is_refused_naming_why(tmp_path: Path) -> None:
@@ -285,15 +269,19 @@ def test_every_npu_recipe_reaches_the_device_boundary(finding: str, tmp_path: Pa
 
     entry = next(f for f in load_ledger() if f.id == finding)
     case = entry.cases[0]
+    release = {"vllm-ascend": "0.23.0.post1", "sglang": "0.5.23"}[entry.distribution]
     results = _results(tmp_path / "r.jsonl", case,
-                       f"known release finding {finding} ({entry.distribution} "
-                       f"0.23.0.post1, ledger range {entry.affected}): ...",
+                       f"known release finding {finding} ({entry.distribution} {release}, "
+                       f"ledger range {entry.affected}): ...",
                        {"vllm_ascend": "0.23.0.post1", "vllm": "0.23.0", "sglang": "0.5.23",
                         "torch": "2.13.0+cpu"})
     done = reproduce(case, results, tmp_path / "out", python=sys.executable)
     assert done["runs"] == [{"args": [], "exit": NEEDS_NPU}] and done["needs_npu"], done
     assert "harness" not in _imports((tmp_path / "out" / "repro.py").read_text())
     assert "exited 77 (needs an NPU (none here))" in (tmp_path / "out" / "ISSUE.md").read_text()
+    # the release as the verdict names it, first among the requirements
+    requirements = (tmp_path / "out" / "requirements.txt").read_text().splitlines()
+    assert requirements[0] == f"{entry.distribution}=={release}", requirements
 
 
 PATCH_CASE = ("suites/test_patch_guard.py::test_drift[verl-glm52-vllm-partial-wake-up-"
