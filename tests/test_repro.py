@@ -208,6 +208,17 @@ sys.meta_path.insert(0, Seed())
 """
 
 
+def _needs(*names: str) -> None:
+    """Skip unless installed, found without importing them: an import here would leave
+    verl's or vLLM's modules in this xdist worker for the tests after it (a fake vLLM on the
+    path must still be the one found)."""
+    from harness.stack.devices import has_module
+
+    missing = [n for n in names if not has_module(n)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed")
+
+
 def _seeded_python(folder: Path) -> tuple[Path, Path]:
     """An interpreter over this environment's packages (a venv with the system's site
     packages, nothing installed) whose start loads ``SEED``; and the seed's .pth file."""
@@ -233,7 +244,7 @@ def test_a_regression_seeded_into_verl_gives_a_reproducer_that_fails_until_it_is
     the seed, shrunk to the smallest inputs that still fail, its control exits 0; the same
     script exits 0 once the seed is removed. Unseeded, nothing is written: the script does
     not fail on a release without the bug."""
-    pytest.importorskip("verl")
+    _needs("verl")
     from harness.stack.ledger import Finding
 
     ledger = [Finding("verl-logprobs-seeded", "verl's logprobs change with the rows beside "
@@ -293,8 +304,7 @@ def test_the_patch_guard_finding_fails_with_a_comment_and_its_control_passes(
     """verl 0.9.1's GLM-5.2 patch against vLLM 0.23.0 (the default profile's pairing, run
     with this interpreter: a fresh venv would pull vLLM 0.23.0's CUDA torch): the script
     exits 1 with a comment added to execute_dummy_batch, 0 without it (its control)."""
-    pytest.importorskip("verl")
-    pytest.importorskip("vllm")
+    _needs("verl", "vllm")
     results = _results(tmp_path / "r.jsonl", PATCH_CASE,
                        "known release finding verl-glm52-dummy-batch-exact-source (verl 0.9.1, "
                        "ledger range ==0.9.1): ...", {"verl": "0.9.1", "vllm": "0.23.0"})
