@@ -29,6 +29,8 @@ from typing import Any
 #: ``npu`` (and ``cuda``) is the one an Ascend runner gets, and no engine is registered for
 #: ``cpu``; verl reads it from ``VERL_ENGINE_DEVICE``
 ENGINE_DEVICE = "npu"
+#: the stand-in, once set in this process (a second engine in the process reuses it)
+_STANDIN: list[Any] = []
 
 
 def _platform_class() -> type:
@@ -117,6 +119,9 @@ def install() -> str:
 
     if is_cuda_available or is_npu_available:
         return str(platform_manager.get_platform().device_name)
-    platform_manager.set_platform(_platform_class()())
+    if _STANDIN:  # already set: registering again would replace it with its own copy
+        return "cpu"
+    _STANDIN.append(_platform_class()())
+    platform_manager.set_platform(_STANDIN[0])
     os.environ.setdefault("VERL_ENGINE_DEVICE", ENGINE_DEVICE)
     return "cpu"
