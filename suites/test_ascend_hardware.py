@@ -13,7 +13,7 @@ import pytest
 from harness.hardware import NpuSpoof, get_npu_versions, ipc_support
 from harness.hardware.conformance import (
     IMPLEMENTATIONS,
-    UpstreamDrift,
+    UpstreamApiMoved,
     ask,
     complete_spoof,
     our_answer,
@@ -199,7 +199,7 @@ def test_conformance(case: Case, impl: str, run_on_npu, record_property) -> None
     try:
         answers = run_on_npu(conform, impl, case.device_id, spoof.soc_version,
                              spoof.device_name, spoof=spoof).value
-    except UpstreamDrift as drift:
+    except UpstreamApiMoved as drift:
         record_property("upstream_drift", drift.args[0])
         pytest.fail(drift.args[0], pytrace=False)
     ours, theirs = answers["ours"], answers["theirs"]

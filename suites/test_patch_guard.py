@@ -2,9 +2,9 @@
 ``harness.patches``; built in: verl's GLM-5.2 patches) is checked against the installed
 upstream, each check in its own isolated child: it applies (each target replaced or kept,
 with the fingerprint of the source it saw), it is idempotent, it reaches a spawned engine
-process, it fails fast on drift (and not on a whitespace- or comment-only change), and it
-changes behaviour only where it means to. The per-target table lands in the results file
-and the JUnit properties as ``patch_guard``."""
+process, it fails fast on an upstream edit that changes the target's meaning (and not on a
+whitespace- or comment-only one), and it changes behaviour only where it means to. The
+per-target table lands in the results file and the JUnit properties as ``patch_guard``."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from harness.patches import DeclaredPatch, declared
 from harness.patches.checks import (
     check_applies,
     check_behaviour,
-    check_drift,
     check_idempotent,
     check_propagates,
+    check_upstream_edit,
     judge_applies,
     judge_behaviour,
-    judge_drift,
     judge_idempotent,
     judge_propagates,
+    judge_upstream_edit,
 )
 from harness.stack.upstream import version
 
@@ -121,13 +121,13 @@ def test_propagates(patch: DeclaredPatch, run_on_npu, record_property) -> None: 
 @pytest.mark.parametrize(("patch", "target"), [(p, t) for p in PATCHES for t in p.targets],
                          ids=[f"{p.name}-{t.rsplit(':', 1)[-1]}" for p in PATCHES
                               for t in p.targets])
-def test_drift(patch: DeclaredPatch, target: str, kind: str, run_on_npu,  # type: ignore[no-untyped-def]
+def test_upstream_edit(patch: DeclaredPatch, target: str, kind: str, run_on_npu,  # type: ignore[no-untyped-def]
                record_property) -> None:
     _needs(patch)
     _applied(patch, run_on_npu, record_property)
-    got = run_on_npu(check_drift, patch, target, kind).value
-    record_property("patch_guard", {"check": "drift", "target": target, **got})
-    _finding(patch, judge_drift(patch, target, got), record_property)
+    got = run_on_npu(check_upstream_edit, patch, target, kind).value
+    record_property("patch_guard", {"check": "upstream-edit", "target": target, **got})
+    _finding(patch, judge_upstream_edit(patch, target, got), record_property)
 
 
 @pytest.mark.parametrize(("patch", "behaviour"), [(p, b) for p in PATCHES for b in p.behaviours],

@@ -119,13 +119,13 @@ def test_anything_else_is_a_skip_never_good_or_bad(end: Ending) -> None:
 
 
 def test_a_fix_is_bisected_the_other_way() -> None:
-    """The good night failed (upstream drift), tonight passes: the first release that passes
+    """The good night failed (an upstream API moved), tonight passes: the first release that passes
     is 'bad' (ends as tonight)."""
     drift = Ending("failed", "upstream-drift",
-                    ["upstream drift: verl 0.7.1 has no verl.utils.device.AscendHardwareVersion"])
+                    ["upstream API moved: verl 0.7.1 has no verl.utils.device.AscendHardwareVersion"])
     ref = Reference(good={"t": drift}, bad={"t": GREEN})
     older = Ending("failed", "upstream-drift",
-                    ["upstream drift: verl 0.8.0 has no verl.utils.device.AscendHardwareVersion"])
+                    ["upstream API moved: verl 0.8.0 has no verl.utils.device.AscendHardwareVersion"])
     assert judge({"t": older}, ref)[0] == GOOD
     assert judge({"t": GREEN}, ref)[0] == BAD
 

@@ -2,7 +2,7 @@
 runs a suite case once per candidate).
 
 The case: ``test_conformance[soc-242-verl]`` of the hardware suite. On verl 0.7.1 to 0.9.0
-it fails as upstream drift (``verl.utils.device`` has no ``AscendHardwareVersion``); on verl
+it fails as an upstream API that moved (``verl.utils.device`` has no ``AscendHardwareVersion``); on verl
 0.9.1, the default profile's, it passes. In each bisect two packages changed between the
 nights (verl and tensordict) and only verl is the cause. The index is a folder of the real
 wheels in which one verl wheel is damaged (a mirror's half-written download), so that

@@ -12,6 +12,7 @@ elastic agent, c10d rendezvous) of 2 gloo ranks each, node 1 under a host name o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -208,6 +209,17 @@ def test_the_suite_case_passes_on_two_nodes_and_records_them(tmp_path: Path) -> 
     assert props["collective_nodes"] == str(sorted({node_id(), NODE1})), props
     assert "fixed_order_all_reduce float32 x4: sizes 0 of 11 differ" in \
         props["collective_rows"], props
+    # issue 69: the results file keeps them too (they reached the JUnit XML only), and the
+    # report's reader gives a card its "ran on nodes" line, read from this run's own file
+    from harness.report.load import load_results
+    from harness.report.page import _properties_text
+
+    [line] = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()
+              if json.loads(x)["type"] == "test"]
+    assert line["properties"]["collective_nodes"] == sorted({node_id(), NODE1}), line
+    [res] = load_results(tmp_path / "results.jsonl").tests.values()
+    assert f"ran on nodes: {json.dumps(sorted({node_id(), NODE1}))}" in \
+        _properties_text(res.properties)
 
 
 def test_ranks_on_fewer_nodes_than_claimed_are_vacuous() -> None:

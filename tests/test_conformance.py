@@ -1,7 +1,7 @@
 """Conformance against the released verl and vllm-ascend code (the upstream set that
 ``bash ci/setup.sh --upstream`` installs): raising implementations give answers, known
 disagreements pass with their reason, new ones fail, and a renamed upstream symbol is named
-as upstream drift. The broken implementations here are negative controls."""
+as an upstream change. The broken implementations here are negative controls."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from harness.hardware.conformance import (
     VERL,
     VLLM_ASCEND_HARDWARE,
     VLLM_ASCEND_UTILS,
-    UpstreamDrift,
+    UpstreamApiMoved,
     ask,
     complete_spoof,
     our_answer,
@@ -83,7 +83,7 @@ def test_known_disagreement_passes_with_its_reason_and_a_new_one_fails() -> None
     # the same answer on a case where nobody listed it: new drift
     problems, _ = judge("vllm_ascend", "soc-223", {"hardware": "A2"}, theirs)
     assert problems == ["hardware: ours 'A2', theirs 'raises RuntimeError: Can not support "
-                        "soc_version: 256.': not a known disagreement (new upstream drift)"]
+                        "soc_version: 256.': not a known disagreement (new upstream change)"]
 
 
 def test_a_listed_disagreement_that_went_away_fails() -> None:
@@ -116,7 +116,7 @@ def test_an_implementation_that_starts_disagreeing_on_one_soc_fails() -> None:
     assert theirs == {"hardware": "A3"}
     problems, _ = judge("vllm_ascend", "soc-223", {"hardware": "A2"}, theirs)
     assert problems == ["hardware: ours 'A2', theirs 'A3': not a known disagreement (new "
-                        "upstream drift)"]
+                        "upstream change)"]
     other = run_isolated(_broken_vllm_ascend, 224, spoof=complete_spoof(NpuSpoof(soc_version=224)),
                          method="forkserver").value
     assert judge("vllm_ascend", "soc-224", {"hardware": "A2"}, other) == ([], {})
@@ -131,10 +131,10 @@ def _renamed() -> None:
 
 def test_a_renamed_private_symbol_is_upstream_drift() -> None:
     _needs("vllm_ascend")
-    with pytest.raises(UpstreamDrift) as caught:
+    with pytest.raises(UpstreamApiMoved) as caught:
         run_isolated(_renamed, spoof=complete_spoof(NpuSpoof(soc_version=223)),
                      method="forkserver")
-    assert caught.value.args[0] == ("upstream drift: vllm-ascend 0.23.0.post1 has no "
+    assert caught.value.args[0] == ("upstream API moved: vllm-ascend 0.23.0.post1 has no "
                                     "vllm_ascend.utils._ascend_device_type")
 
 

@@ -57,3 +57,22 @@ def test_no_reference_to_files_outside_the_repository() -> None:
         if re.search(r"facts file|ascend-facts|\.\./shared/", text):
             offenders.append(str(path.relative_to(ROOT)))
     assert not offenders, offenders
+
+
+#: the words that once meant several things (issue 69), each with the one name per meaning
+GLOSSARY_TERMS = ("drift", "envelope", "upstream API moved", "upstream edit", "vacuous",
+                  "stand-in", "reaper")
+
+
+def test_the_architecture_page_lists_each_term_once() -> None:
+    """One row per term in the "Words" table, and the old names of the other two "drift"s
+    are gone from the code."""
+    text = ARCHITECTURE.read_text()
+    table = text.split("## Words", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| term")]
+    assert sorted(rows) == sorted(GLOSSARY_TERMS), rows
+    stale = [str(p.relative_to(ROOT)) for p in [*(ROOT / "harness").rglob("*.py"),
+                                                 *(ROOT / "suites").rglob("*.py")]
+             if re.search(r"UpstreamDrift|check_drift|no fail-fast on drift", p.read_text())]
+    assert not stale, stale

@@ -32,8 +32,18 @@ APART = (("plugin", "bisect"), ("plugin", "repro"), ("bisect", "repro"))
 #: turned, ``get_target``) and the CPU stand-in for torch_npu's native ops
 FAMILIES = ("invariance", "logprobs", "hardware", "patches", "collectives")
 SWITCH_SHARED = ("harness.invariance", "harness.invariance.standin")
+#: where stand-ins live (what takes the place, on a CPU, of something that cannot exist
+#: there: torch_npu's native ops, triton-ascend, verl's device platform): beside the switch
+#: family's targets, shared by every family, and nowhere else; a module elsewhere that
+#: subclasses an upstream's class (the shape of a stand-in) is named
+STANDINS = "harness.invariance.standin"
+#: the packages whose classes a stand-in subclasses
+UPSTREAMS = ("torch_npu", "verl", "vllm", "vllm_ascend", "sglang", "triton")
 #: top-level modules besides the layer packages
 TOP_MODULES = {"__init__.py", "__main__.py", "cli.py"}
+#: not part of the package: the source of the vLLM plugin's own top-level module
+#: (``npu_regress_step_log``), which imports nothing of the harness (tests/test_step_log.py)
+VLLM_PLUGIN_SOURCE = PACKAGE / "vllm_plugin"
 
 
 def module_name(path: Path) -> str:
@@ -44,7 +54,8 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")
+            if VLLM_PLUGIN_SOURCE not in p.parents}
 
 
 def _resolve(name: str, known: dict[str, Path]) -> str | None:
@@ -119,7 +130,8 @@ def problems(edges: dict[str, set[str]]) -> list[str]:
                 found.append(f"{where}: an upward import ({a or 'harness'} is below "
                              f"{b or 'harness'})")
             elif a in FAMILIES and b in FAMILIES and a != b \
-                    and not (b == "invariance" and target in SWITCH_SHARED):
+                    and not (b == "invariance" and (target in SWITCH_SHARED
+                                                    or target.startswith(STANDINS))):
                 found.append(f"{where}: a family imports a sibling family (the families "
                              f"share only {', '.join(SWITCH_SHARED)})")
             elif {a, b} in [set(pair) for pair in APART]:
@@ -161,6 +173,87 @@ def test_imports_go_one_way() -> None:
 
 def test_there_is_no_import_circle() -> None:
     assert circles(graph()) == []
+
+
+def upstream_subclasses(path: Path) -> list[str]:
+    """The classes ``path`` defines on an upstream's class (a base imported from one of
+    ``UPSTREAMS``, at any depth of the module)."""
+    tree = ast.parse(path.read_text(), str(path))
+    upstream_names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in UPSTREAMS:
+            upstream_names.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            upstream_names.update((alias.asname or alias.name).split(".")[0]
+                                  for alias in node.names
+                                  if alias.name.split(".")[0] in UPSTREAMS)
+    return [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+            and any(ast.unparse(base).split(".")[0] in upstream_names for base in node.bases)]
+
+
+def standins_outside_their_place(paths: dict[str, Path]) -> list[str]:
+    return [f"{path.relative_to(ROOT)} defines {', '.join(found)} on an upstream's class: "
+            f"a stand-in, which lives in {STANDINS.replace('.', '/')}*.py"
+            for name, path in sorted(paths.items())
+            if not name.startswith(STANDINS) and (found := upstream_subclasses(path))]
+
+
+def test_stand_ins_live_beside_the_switch_targets_only() -> None:
+    """Issue 69: verl's CPU platform sat in the stack layer, beside the stack's facts."""
+    assert standins_outside_their_place(modules()) == []
+    assert upstream_subclasses(PACKAGE / "invariance" / "standin_verl.py") == ["PlatformCPU"]
+
+
+def test_the_stand_in_guard_names_one_out_of_place() -> None:
+    """The control: verl's platform put back in the stack layer is named."""
+    paths = {**modules(), "harness.stack.verl_platform":
+             PACKAGE / "invariance" / "standin_verl.py"}
+    assert standins_outside_their_place(paths) == [
+        "harness/invariance/standin_verl.py defines PlatformCPU on an upstream's class: a "
+        "stand-in, which lives in harness/invariance/standin*.py"]
+
+
+#: the one module of the package that sends signals (``os.kill``, ``os.killpg``): every
+#: child, rank, server and trial is ended, and asked for its stacks, through it
+KILL_PATH = "harness.isolation.reaper"
+#: signals sent elsewhere in the package on purpose, each named with why (a negative control
+#: that kills a child deliberately); none today: the tests' controls are outside the package
+DELIBERATE_SIGNALS: dict[str, str] = {}
+
+
+def signal_calls(path: Path) -> list[str]:
+    """``os.kill``/``os.killpg`` calls in ``path`` (also through ``from os import kill``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    aliases = {alias.asname or alias.name for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom) and node.module == "os"
+               for alias in node.names if alias.name in ("kill", "killpg")}
+    where = path.relative_to(ROOT) if ROOT in path.parents else path.name
+    return [f"{where}:{node.lineno}" for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and (ast.unparse(node.func) in ("os.kill", "os.killpg")
+                 or (isinstance(node.func, ast.Name) and node.func.id in aliases))]
+
+
+def kills_outside_the_reaper(paths: dict[str, Path]) -> list[str]:
+    return [call for name, path in sorted(paths.items()) if name != KILL_PATH
+            for call in signal_calls(path) if call not in DELIBERATE_SIGNALS]
+
+
+def test_one_kill_path() -> None:
+    """Issue 69: the child's own group ending and the patch guard's spawned process went
+    around the reaper; the package sends no signal elsewhere."""
+    assert kills_outside_the_reaper(modules()) == []
+    assert signal_calls(PACKAGE / "isolation" / "reaper.py")  # the guard sees os.kill
+
+
+def test_the_kill_path_guard_names_a_kill_elsewhere(tmp_path: Path) -> None:
+    """The control: a module that ends a process by ``os.killpg`` is named, line and all."""
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text("import os\nimport signal\nfrom os import kill as end_it\n\n\n"
+                     "def end(pid):\n    os.killpg(pid, signal.SIGKILL)\n"
+                     "    end_it(pid, signal.SIGTERM)\n")
+    paths = {**modules(), "harness.isolation.rogue": rogue}
+    assert kills_outside_the_reaper(paths) == ["rogue.py:7", "rogue.py:8"]
 
 
 def test_the_bisect_and_the_report_load_no_pytest_plugin() -> None:

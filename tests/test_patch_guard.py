@@ -37,7 +37,7 @@ def test_a_careful_patch_passes_every_check() -> None:
     assert checks.judge_propagates(patch, propagated) == []
     assert propagated["ran"] == "engine main ran" and propagated["patched"] == {WAKE_UP: True}
     for kind in ("whitespace", "comments", "meaning"):
-        assert checks.judge_drift(patch, WAKE_UP, _run(checks.check_drift, patch, WAKE_UP, kind)) == []
+        assert checks.judge_upstream_edit(patch, WAKE_UP, _run(checks.check_upstream_edit, patch, WAKE_UP, kind)) == []
     problems, differ = checks.judge_behaviour(patch.behaviours[0],
                                        _run(checks.check_behaviour, patch, patch.behaviours[0]))
     assert problems == [] and set(differ) == INTENT
@@ -75,22 +75,22 @@ def test_a_spawn_entry_that_does_not_reapply_fails_propagation() -> None:
         "not re-apply the patch before calling it)"]
 
 
-def test_a_patch_that_does_not_check_its_target_fails_drift() -> None:
+def test_a_patch_that_does_not_check_its_target_fails_the_upstream_edit() -> None:
     patch = declared("apply_without_fingerprint")
-    got = _run(checks.check_drift, patch, WAKE_UP, "meaning")
-    assert checks.judge_drift(patch, WAKE_UP, got) == [
+    got = _run(checks.check_upstream_edit, patch, WAKE_UP, "meaning")
+    assert checks.judge_upstream_edit(patch, WAKE_UP, got) == [
         f"{WAKE_UP} changed in meaning, and tests.patch_toy:apply_without_fingerprint did not "
-        "raise: it replaced the changed upstream (no fail-fast on drift)"]
+        "raise: it replaced the changed upstream (no fail-fast on a meaning change)"]
 
 
 def test_a_text_fingerprint_passes_whitespace_and_rejects_comments() -> None:
     """verl's kind of fingerprint (whitespace-free text): a whitespace-only change passes,
     a comment-only one is rejected, and the report says which kind it was."""
     patch = declared("apply_with_text_fingerprint")
-    assert checks.judge_drift(patch, WAKE_UP, _run(checks.check_drift, patch, WAKE_UP, "whitespace")) == []
-    comments = _run(checks.check_drift, patch, WAKE_UP, "comments")
+    assert checks.judge_upstream_edit(patch, WAKE_UP, _run(checks.check_upstream_edit, patch, WAKE_UP, "whitespace")) == []
+    comments = _run(checks.check_upstream_edit, patch, WAKE_UP, "comments")
     assert comments["measured"] == "comments"
-    assert checks.judge_drift(patch, WAKE_UP, comments) == [
+    assert checks.judge_upstream_edit(patch, WAKE_UP, comments) == [
         f"a comments-only change of {WAKE_UP} made tests.patch_toy:apply_with_text_fingerprint "
         "raise (RuntimeError: unknown Engine.wake_up implementation (text)): its fingerprint "
         "rejects comments changes, so a reformatted upstream fails start-up"]
@@ -99,9 +99,9 @@ def test_a_text_fingerprint_passes_whitespace_and_rejects_comments() -> None:
 def test_an_exact_source_fingerprint_fails_on_whitespace() -> None:
     """A whitespace-only change that makes the apply raise is a problem, never harmless."""
     patch = declared("apply_with_exact_source")
-    whitespace = _run(checks.check_drift, patch, WAKE_UP, "whitespace")
+    whitespace = _run(checks.check_upstream_edit, patch, WAKE_UP, "whitespace")
     assert whitespace["measured"] == "whitespace"
-    assert checks.judge_drift(patch, WAKE_UP, whitespace) == [
+    assert checks.judge_upstream_edit(patch, WAKE_UP, whitespace) == [
         f"a whitespace-only change of {WAKE_UP} made tests.patch_toy:apply_with_exact_source "
         "raise (RuntimeError: unknown Engine.wake_up implementation (exact source)): its "
         "fingerprint rejects whitespace changes, so a reformatted upstream fails start-up"]
@@ -234,12 +234,12 @@ def test_the_standin_names_every_native_symbol_and_runs_none() -> None:
                        "stand-in does not run it")
 
 
-def test_a_release_without_the_patch_function_is_upstream_drift(pytester) -> None:  # type: ignore[no-untyped-def]
+def test_a_release_without_the_patch_function_is_an_upstream_api_moved(pytester) -> None:  # type: ignore[no-untyped-def]
     """verl 0.9.0 has no patch_vllm_glm52_partial_wake_up (0.9.1 added it): the guard's
-    failure there is upstream drift, not a finding about the release's patch."""
-    from harness.stack.upstream import UpstreamDrift
+    failure there is an upstream API that moved, not a finding about the release's patch."""
+    from harness.stack.upstream import UpstreamApiMoved
 
-    with pytest.raises(UpstreamDrift, match="has no tests.patch_toy:apply_gone"):
+    with pytest.raises(UpstreamApiMoved, match="has no tests.patch_toy:apply_gone"):
         checks.prepare(declared("apply_gone"))
     pytester.makepyfile(test_gone="""
         from harness.patches import checks

@@ -422,9 +422,9 @@ def test_upstream_drift_is_its_own_category(pytester: pytest.Pytester, tmp_path:
     pytester.makepyfile(
         "import pytest\n"
         "def test_adapter(record_property):\n"
-        "    record_property('upstream_drift', 'upstream drift: vllm_ascend 0.23.0.post1 has "
+        "    record_property('upstream_drift', 'upstream API moved: vllm_ascend 0.23.0.post1 has "
         "no _batch_invariant_LIB')\n"
-        "    pytest.fail('upstream drift: vllm_ascend 0.23.0.post1 has no _batch_invariant_LIB')\n"
+        "    pytest.fail('upstream API moved: vllm_ascend 0.23.0.post1 has no _batch_invariant_LIB')\n"
         "def test_plain():\n"
         "    assert False\n")
     out = pytester.path / "r.jsonl"
@@ -436,9 +436,9 @@ def test_upstream_drift_is_its_own_category(pytester: pytest.Pytester, tmp_path:
     assert cli(["report", "render", str(out), "--out", str(tmp_path / "rep")]) == 0
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert [r["test"].rsplit("::", 1)[-1] for r in summary["upstream_drift"]] == ["test_adapter"]
-    assert "| Upstream drift | 1 |" in (tmp_path / "rep" / "summary.md").read_text()
+    assert "| Upstream API moved | 1 |" in (tmp_path / "rep" / "summary.md").read_text()
     page = (tmp_path / "rep" / "report.html").read_text()
-    assert "upstream drift: the stack changed under the adapter" in page
+    assert "upstream API moved: the stack changed under the adapter" in page
 
 
 def test_a_finding_about_a_release_is_its_own_category(pytester: pytest.Pytester,
@@ -659,6 +659,12 @@ def test_a_drift_is_drawn_over_the_nights_and_one_that_grew_is_its_own_category(
     assert 'id="family-rl-consistency"' in html and 'id="family-other"' not in html
     md = (out / "summary.md").read_text()
     assert "## Drift grew (a difference left its measured envelope)" in md
+    # issue 69: each count once (drift grew is a category too; it was listed twice)
+    counts = [line.split("|")[1].strip() for line in md.split("| | count |", 1)[1]
+              .split("\n\n", 1)[0].splitlines()[1:]]
+    assert len(counts) == len(set(counts)) and counts.count(
+        "Drift grew (a difference left its measured envelope)") == 1, counts
+    assert "| Drift grew (a difference left its measured envelope) | 1 |" in md
     assert json.loads((out / "summary.json").read_text())["drift_grew"][0]["test"] == case
 
 

@@ -295,7 +295,7 @@ def test_every_npu_recipe_reaches_the_device_boundary(finding: str, tmp_path: Pa
     assert requirements[0] == f"{entry.distribution}=={release}", requirements
 
 
-PATCH_CASE = ("suites/test_patch_guard.py::test_drift[verl-glm52-vllm-partial-wake-up-"
+PATCH_CASE = ("suites/test_patch_guard.py::test_upstream_edit[verl-glm52-vllm-partial-wake-up-"
               "DPEngineCoreProc.execute_dummy_batch-comments]")
 
 

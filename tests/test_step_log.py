@@ -78,7 +78,58 @@ def test_the_entry_point_names_the_plugin() -> None:
 
     pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     plugins = pyproject["project"]["entry-points"]["vllm.general_plugins"]
-    assert plugins == {step_log.PLUGIN: "harness.logprobs.serving.step_log:register"}
+    assert plugins == {step_log.PLUGIN: "npu_regress_step_log:register"}
+
+
+def test_the_plugin_module_imports_nothing_of_the_harness() -> None:
+    """Read from its source (every import, lazy ones too): the standard library and vLLM's
+    scheduler only."""
+    import ast
+
+    import npu_regress_step_log
+
+    tree = ast.parse(Path(npu_regress_step_log.__file__).read_text())
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names}
+    names |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert names == {"__future__", "json", "os", "threading", "time", "typing",
+                     "vllm.v1.core.sched.scheduler"}, names
+
+
+VLLM_PROCESS = """
+import json, os, sys
+from vllm.plugins import load_general_plugins
+load_general_plugins()  # what vLLM runs at the start of each of its processes
+print("MODULES " + json.dumps({
+    "harness": sorted(m for m in sys.modules if m == "harness" or m.startswith("harness.")),
+    "plugin": "npu_regress_step_log" in sys.modules}))
+"""
+
+
+def test_a_vllm_process_without_the_variable_imports_nothing_of_the_harness(tmp_path: Path) -> None:
+    """Issue 69: the engine venv's vLLM loads every general plugin in every process. Without
+    the variable ours is loaded (shown: its module is there) and no ``harness`` module is; with
+    it, the plugin wraps the scheduler (its first line says so), still without the harness."""
+    import os
+    import subprocess
+
+    from tests.test_vllm_engine import _engine_python
+
+    python = _engine_python()
+    env = {k: v for k, v in os.environ.items()
+           if k not in (step_log.ENV, "VLLM_PLUGINS") and not k.startswith("PYTEST_")}
+    log = tmp_path / "steps.jsonl"
+    found = {}
+    for name, extra in (("without", {}), ("with", {step_log.ENV: str(log)})):
+        proc = subprocess.run([str(python), "-c", VLLM_PROCESS], env={**env, **extra},
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              check=False)
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("MODULES ")), None)
+        assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
+        found[name] = json.loads(line.removeprefix("MODULES "))
+    assert found["without"] == {"harness": [], "plugin": True}, found
+    assert found["with"] == {"harness": [], "plugin": True}, found
+    assert step_log.StepLog.read(log).loaded  # the control: with the variable, it acted
 
 
 def test_a_prompt_comparison_with_no_position_in_common_is_vacuous() -> None:

@@ -32,9 +32,9 @@ KNOWN_FINDINGS = {
         "vllm-ascend-torch-sum-forms",
     "suites/test_batch_invariant_switch.py::test_switch_on_then_off[sglang]":
         "sglang-disable-keeps-npu-rebinds",
-    "suites/test_patch_guard.py::test_drift[verl-glm52-vllm-partial-wake-up-"
+    "suites/test_patch_guard.py::test_upstream_edit[verl-glm52-vllm-partial-wake-up-"
     "DPEngineCoreProc.execute_dummy_batch-comments]": "verl-glm52-dummy-batch-exact-source",
-    **{f"suites/test_patch_guard.py::test_drift[verl-glm52-vllm-ascend-{t}-meaning]":
+    **{f"suites/test_patch_guard.py::test_upstream_edit[verl-glm52-vllm-ascend-{t}-meaning]":
        "verl-glm52-ascend-text-probes"
        for t in ("AscendRMSNorm.forward_oot", "AscendSFAImpl.process_weights_after_loading",
                  "dispose_layer", "DeviceOperator.indexer_select_post_process")},

@@ -248,13 +248,13 @@ def _renamed_lib(*args):  # type: ignore[no-untyped-def]
 
 
 def test_a_renamed_vllm_ascend_symbol_is_upstream_drift() -> None:
-    from harness.stack.upstream import UpstreamDrift
+    from harness.stack.upstream import UpstreamApiMoved
 
     _needs_vllm_ascend()
-    with pytest.raises(UpstreamDrift) as caught:
+    with pytest.raises(UpstreamApiMoved) as caught:
         run_isolated(_renamed_lib, VllmAscendTarget(), "switch", True, {},
                      method="forkserver", env=switch_env(True))
-    assert caught.value.args[0] == ("upstream drift: vllm-ascend 0.23.0.post1 has no "
+    assert caught.value.args[0] == ("upstream API moved: vllm-ascend 0.23.0.post1 has no "
                                     "vllm_ascend.batch_invariant._batch_invariant_LIB")
 
 
@@ -350,12 +350,12 @@ def _vllm_without_lib(enabled: bool) -> dict:  # type: ignore[type-arg]
 
 
 def test_a_renamed_vllm_symbol_is_upstream_drift() -> None:
-    from harness.stack.upstream import UpstreamDrift
+    from harness.stack.upstream import UpstreamApiMoved
 
     _needs_vllm()
-    with pytest.raises(UpstreamDrift) as caught:
+    with pytest.raises(UpstreamApiMoved) as caught:
         run_isolated(_vllm_without_lib, True, method="forkserver", env=switch_env(True))
-    assert caught.value.args[0] == ("upstream drift: vllm 0.33.0 has no "
+    assert caught.value.args[0] == ("upstream API moved: vllm 0.33.0 has no "
                                     "vllm.model_executor.determinism.batch_invariant."
                                     "_batch_invariant_LIB")
 

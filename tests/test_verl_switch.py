@@ -12,7 +12,7 @@ import pytest
 from harness import run_isolated
 from harness.invariance.adapters import VerlTarget
 from harness.invariance.switch import case_inputs, judge, run_switch_case
-from harness.stack.upstream import UpstreamDrift
+from harness.stack.upstream import UpstreamApiMoved
 
 #: what vllm-ascend 0.23.0.post1 registers on the NPU key when verl turns the switch on
 VLLM_ASCEND_FOOTPRINT = {"aten::matmul": ["PrivateUse1"], "aten::mm": ["PrivateUse1"],
@@ -91,9 +91,9 @@ def _verl_without_run_ppo(*args: Any) -> dict:  # type: ignore[type-arg]
 
 def test_verl_without_run_ppo_is_upstream_drift() -> None:
     _needs_verl()
-    with pytest.raises(UpstreamDrift) as caught:
+    with pytest.raises(UpstreamApiMoved) as caught:
         _switch_case(_verl_without_run_ppo, VerlTarget(), True)
-    assert caught.value.args[0] == ("upstream drift: verl 0.9.1 has no "
+    assert caught.value.args[0] == ("upstream API moved: verl 0.9.1 has no "
                                     "verl.trainer.main_ppo.run_ppo")
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.isolation.child import STACK_SIGNAL
-from harness.isolation.reaper import end_tree
+from harness.isolation.reaper import end_tree, send
 from harness.isolation.result import signal_name
 
 #: the process-group backend of each device kind
@@ -201,10 +201,8 @@ def read_stacks(pids: Mapping[int, int], folder: Path) -> dict[int, str]:
     """The Python stacks of the live ranks ``rank -> pid`` that armed their handler."""
     asked = []
     for rank, pid in pids.items():
-        if (folder / f"rank{rank}.armed").exists():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, STACK_SIGNAL)
-                asked.append(rank)
+        if (folder / f"rank{rank}.armed").exists() and send(pid, STACK_SIGNAL):
+            asked.append(rank)
     time.sleep(STACK_WAIT_S if asked else 0)
     return {rank: (folder / f"rank{rank}.stack").read_text(errors="replace").strip()
             for rank in asked}

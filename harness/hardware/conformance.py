@@ -6,10 +6,10 @@ The released code of verl (``verl/utils/device.py``: ``get_npu_versions``,
 in later layouts) runs in a spoofed child, and every answer is compared with
 ``harness.hardware``. An implementation that raises has answered ("raises
 CalledProcessError: ..."). Each difference is either on the list of known disagreements,
-with its reason (the case passes and records it), or new upstream drift (the case fails).
+with its reason (the case passes and records it), or a new upstream change (the case fails).
 
 Each implementation declares the upstream symbols it relies on; a missing one is
-``UpstreamDrift`` ("upstream drift: vllm_ascend 0.23.0.post1 has no <name>"), never an
+``UpstreamApiMoved`` ("upstream API moved: vllm_ascend 0.23.0.post1 has no <name>"), never an
 AttributeError.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 from harness.hardware import AscendHardwareVersion, NpuSpoof
 from harness.stack.devices import has_module
 from harness.stack.upstream import (
-    UpstreamDrift,
+    UpstreamApiMoved,
     import_upstream,
     release,
     require,
@@ -54,9 +54,9 @@ class Implementation:
         return None
 
     def load(self) -> types.ModuleType:
-        """Child side: the module, every declared symbol present, or ``UpstreamDrift``."""
+        """Child side: the module, every declared symbol present, or ``UpstreamApiMoved``."""
         if source_file(self.module) is None:
-            raise UpstreamDrift(f"upstream drift: {release(self.distribution)} has no "
+            raise UpstreamApiMoved(f"upstream API moved: {release(self.distribution)} has no "
                                 f"module {self.module}")
         module = import_upstream(self.module, skip_inits=self.skip_inits)
         require(module, self.distribution, self.symbols)

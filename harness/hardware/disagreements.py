@@ -4,7 +4,7 @@ Measured by running the conformance suite against verl 0.9.1 and vllm-ascend 0.2
 (``vllm_ascend/utils.py`` ``check_ascend_device_type``) on fully answered spoofed machines.
 A conformance case whose difference is listed here, with the same answer from them, passes
 and records the reason; a difference that is not listed, or a different answer, fails: new
-upstream drift. A listed difference that went away fails too, so the list follows releases.
+an upstream change. A listed difference that went away fails too, so the list follows releases.
 """
 
 from __future__ import annotations
@@ -125,5 +125,5 @@ def judge(impl: str, case: str, ours: dict[str, Any], theirs: dict[str, Any]
         else:
             expected = f"; the known disagreement was {entry.theirs!r}" if entry else ""
             problems.append(f"{key}: ours {ours[key]!r}, theirs {theirs[key]!r}: not a known "
-                            f"disagreement (new upstream drift){expected}")
+                            f"disagreement (new upstream change){expected}")
     return problems, reasons

@@ -22,7 +22,7 @@ from harness.invariance.target import (
     has_module,
     no_invariant_events,
 )
-from harness.stack.upstream import UpstreamDrift, require, source_file
+from harness.stack.upstream import UpstreamApiMoved, require, source_file
 
 #: the reference's "vendor" fused kernel (kept here: the parent must not import the
 #: reference module, which registers ops)
@@ -103,7 +103,7 @@ class AscendOpsTarget(OpSetTarget):
     devices = ("npu", "cpu")
     #: the import package that must be installed (its distribution is ``distribution``)
     package = ""
-    #: what the adapter uses of the module; a missing one is upstream drift
+    #: what the adapter uses of the module; a missing one is an upstream API that moved
     UPSTREAM_SYMBOLS: tuple[str, ...] = ()
     RMS_NORM_EVENT = "npu::npu_rms_norm"
     FUSED_ADD_RMS_NORM_EVENT = "npu::npu_add_rms_norm"
@@ -346,7 +346,7 @@ class VllmTarget(InvarianceTarget):
     distribution = "vllm"
     MODULES = ("vllm.model_executor.layers.batch_invariant",
                "vllm.model_executor.determinism.batch_invariant")
-    #: what the adapter uses of the module; a missing one is upstream drift
+    #: what the adapter uses of the module; a missing one is an upstream API that moved
     UPSTREAM_SYMBOLS = ("init_batch_invariance", "_batch_invariant_LIB")
 
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
@@ -381,7 +381,7 @@ class VllmTarget(InvarianceTarget):
                 module = importlib.import_module(name)
                 require(module, self.distribution, self.UPSTREAM_SYMBOLS)
                 return module
-        raise UpstreamDrift(f"upstream drift: {self.release()} has neither "
+        raise UpstreamApiMoved(f"upstream API moved: {self.release()} has neither "
                             f"{' nor '.join(self.MODULES)}")
 
     def load(self) -> None:

@@ -6,7 +6,7 @@ reaches ``get_exec().deterministic.enable_deterministic_inference``, which
 A ModelRunner needs a model, a device and SGLang's runtime context; the method needs only
 the flag. So the child runs the release's own method, read from its source file (as
 ``ci/upstream.sh`` runs vllm-ascend's ``gen_build_info``), with ``get_exec`` answering the
-flag: the gate is the release's code, a renamed flag or method is upstream drift.
+flag: the gate is the release's code, a renamed flag or method is an upstream API that moved.
 
 What the switch modules import is imported without two package ``__init__``s that pull in
 the rest of SGLang and are not part of the switch: ``sglang`` (the frontend language) and
@@ -20,7 +20,7 @@ import ast
 import types
 from typing import Any
 
-from harness.stack.upstream import UpstreamDrift, import_upstream, release, source_file
+from harness.stack.upstream import UpstreamApiMoved, import_upstream, release, source_file
 
 MODULE = "sglang.srt.batch_invariant_ops.batch_invariant_ops"
 SKIP_INITS = ("sglang", "sglang.srt.layers.deep_gemm_wrapper")
@@ -38,14 +38,14 @@ def _method() -> Any:
     """``ModelRunner.maybe_enable_batch_invariant_mode`` compiled from the release's file."""
     path = source_file(RUNNER)
     if path is None:
-        raise UpstreamDrift(f"upstream drift: {release('sglang')} has no {RUNNER}")
+        raise UpstreamApiMoved(f"upstream API moved: {release('sglang')} has no {RUNNER}")
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == METHOD[0]),
                None)
     fn = next((n for n in (cls.body if cls else ()) if isinstance(n, ast.FunctionDef)
                and n.name == METHOD[1]), None)
     if fn is None:
-        raise UpstreamDrift(f"upstream drift: {release('sglang')} has no "
+        raise UpstreamApiMoved(f"upstream API moved: {release('sglang')} has no "
                             f"{RUNNER}.{'.'.join(METHOD)} (how {FLAG} turns the switch on)")
     return compile(ast.Module([fn], []), str(path), "exec"), fn.lineno
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.invariance.target import SWITCH_ENV
-from harness.stack.upstream import UpstreamDrift, release, require, source_file
+from harness.stack.upstream import UpstreamApiMoved, release, require, source_file
 
 #: verl's own PPO config (the one its hydra entry point composes)
 CONFIG_PACKAGE = "verl.trainer.config"
 CONFIG_FILE = "_generated_ppo_trainer.yaml"
-#: what the harness relies on in verl; a missing one is upstream drift
+#: what the harness relies on in verl; a missing one is an upstream API that moved
 MAIN_PPO_SYMBOLS = ("run_ppo",)
 OPTION = "actor_rollout_ref.rollout.full_determinism"
 #: the variables verl's determinism switch touches, as a worker sees them
@@ -39,11 +39,12 @@ def ppo_config(full_determinism: bool) -> Any:
     package = source_file(CONFIG_PACKAGE)
     yaml_path = package.parent / CONFIG_FILE if package else None
     if yaml_path is None or not yaml_path.is_file():
-        raise UpstreamDrift(f"upstream drift: {release('verl')} has no {CONFIG_FILE} in "
+        raise UpstreamApiMoved(f"upstream API moved: {release('verl')} has no {CONFIG_FILE} in "
                             f"{package.parent if package else CONFIG_PACKAGE}")
     config = OmegaConf.load(yaml_path)
     if OmegaConf.select(config, OPTION) is None:
-        raise UpstreamDrift(f"upstream drift: {release('verl')}'s PPO config has no {OPTION}")
+        raise UpstreamApiMoved(f"upstream API moved: {release('verl')}'s PPO config has no "
+                               f"{OPTION}")
     OmegaConf.update(config, OPTION, full_determinism)
     # a CI runner's Ray: one CPU, no dashboard (options users pass the same way)
     OmegaConf.update(config, "ray_kwargs.ray_init.num_cpus", 1, force_add=True)

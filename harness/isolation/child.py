@@ -108,6 +108,8 @@ def end_descendants(keep: frozenset[int] = frozenset()) -> None:
             return
         import psutil
 
+        from harness.isolation import reaper
+
         procs: list[psutil.Process] = []
         if pids is None:
             with contextlib.suppress(psutil.Error):
@@ -118,10 +120,7 @@ def end_descendants(keep: frozenset[int] = frozenset()) -> None:
                 procs.append(psutil.Process(pid))
         if not procs:
             return
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        psutil.wait_procs(procs, timeout=2.0)
+        reaper.kill_now(procs)
 
 
 def _arm_faulthandler(workdir: Path) -> list[Any]:

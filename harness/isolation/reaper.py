@@ -116,6 +116,27 @@ def _status(code: int | None) -> int | None:
     return None if code is None else int(code)
 
 
+def send(pid: int, sig: signal.Signals) -> bool:
+    """Send ``sig`` to one process that may be gone already (a child asked for its stacks, a
+    child ended at once when pytest is interrupted). False when it was gone. The package's
+    one call of ``os.kill``: every signal the harness sends leaves from this module
+    (tests/test_layers.py)."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def kill_now(procs: list[psutil.Process], wait: float = 2.0) -> None:
+    """SIGKILL ``procs`` at once, no grace, and wait up to ``wait`` seconds for them: a child
+    ending what it left behind as its last act (its own exit is already decided)."""
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=wait)
+
+
 def end_all_live(grace: float = 1.0) -> None:
     """End every registered child session: used when pytest itself is interrupted."""
     for sid in live_sessions():

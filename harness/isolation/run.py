@@ -208,8 +208,7 @@ def _request_stack(pid: int, workdir: Path) -> str:
     if not (workdir / ARMED).exists():  # still starting: the signal would kill it, not dump
         return (f"(no stack: the child had not yet armed its {STACK_SIGNAL.name} stack dump; "
                 "it was still starting up)")
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, STACK_SIGNAL)
+    reaper.send(pid, STACK_SIGNAL)
     deadline = time.monotonic() + STACK_WAIT_S
     last = -1
     while time.monotonic() < deadline:
@@ -403,8 +402,7 @@ def isolate(
     finally:
         if handle is not None:
             if handle.wait(0) is None:  # interrupted (Ctrl-C) while the child ran
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(handle.pid, signal.SIGKILL)
+                reaper.send(handle.pid, signal.SIGKILL)
                 handle.wait(reaper.TERM_GRACE_S)
             reaper.end_session(handle.pid, list(tracked.values()))
             reaper.unregister(handle.pid)

@@ -9,7 +9,7 @@ config (FSDP2, one process) on the seeded checkpoint and asks it, the way verl's
 So a change in verl that depends on how many rows its function gets, or on how it packs, is
 seen: the loop in ``training.TrainingForward`` only ever gives it one sequence.
 
-On a CPU runner verl finds no device: ``harness.stack.verl_platform`` gives its platform
+On a CPU runner verl finds no device: ``harness.invariance.standin_verl`` gives its platform
 registry a CPU entry (gloo, device "cpu"), and nothing of the engine's computation changes.
 Deviations from a user's config, written down because a CPU cannot follow it:
 ``attn_implementation`` is ``sdpa`` (verl's default, flash-attention 2, is CUDA-only; with no
@@ -59,9 +59,9 @@ class VerlEngineForward:
                  remove_padding: bool = True, temperature: float = TEMPERATURE) -> None:
         import verl
 
-        from harness.stack import verl_platform
+        from harness.invariance import standin_verl
 
-        self.platform = verl_platform.install()
+        self.platform = standin_verl.install()
         _process_group()
         from verl.trainer.config import CheckpointConfig
         from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig

@@ -1,7 +1,8 @@
 """Patch guard: declare a run-time patch that a stack applies to vLLM or vllm-ascend, and
 check every night, in isolated children against the installed upstream, that it still
-applies, applies once, reaches spawned engine processes, fails fast on upstream drift and
-changes behaviour only where it means to.
+applies, applies once, reaches spawned engine processes, fails fast on an upstream edit that
+changes the target's meaning (not on whitespace or comments) and changes behaviour only where
+it means to.
 
 A patch is declared with ``DeclaredPatch``: the function that applies it, the upstream
 targets it replaces (``module:Class.attr``), the marker it sets on replacements, the spawn

@@ -8,7 +8,7 @@ parent and returns every problem as a sentence (empty: the check passed).
 - propagates: a process started with ``spawn`` through the installed entry, as vLLM starts
   its engine core, has every replaced target patched before the entry's original runs (the
   engine's main is a probe there), and that original is not None;
-- drift: the target's source changed on purpose (whitespace, comments, meaning), then the
+- upstream edit: the target's source changed on purpose (whitespace, comments, meaning), then the
   apply: a meaning change must make it raise, the other two must not;
 - behaviour: a call table on stub collaborators, run on the original and the replacement;
   a difference outside the patch's declared intent fails.
@@ -28,9 +28,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from harness.isolation import reaper
 from harness.patches.declare import Behaviour, DeclaredPatch, install, resolve, split
 from harness.patches.fingerprint import KINDS, classify, fingerprints
-from harness.stack.upstream import UpstreamDrift, import_upstream
+from harness.stack.upstream import UpstreamApiMoved, import_upstream
 
 #: how long a spawned engine-like process may take to import the stack and report
 SPAWN_TIMEOUT_S = 180.0
@@ -53,7 +54,7 @@ def prepare(patch: DeclaredPatch) -> Callable[[], Any]:
     try:
         apply: Callable[[], Any] = resolve(patch.apply)
     except AttributeError as exc:  # a release before (or after) the patch: not its finding
-        raise UpstreamDrift(f"upstream drift: {patch.releases()} has no {patch.apply} "
+        raise UpstreamApiMoved(f"upstream API moved: {patch.releases()} has no {patch.apply} "
                             f"({exc})") from None
     # A running engine has its layers imported before any patch runs (vLLM loads the
     # platform, its ops and attention backends first); a fresh process that let the patch
@@ -203,8 +204,9 @@ def check_propagates(patch: DeclaredPatch) -> dict[str, Any]:
     report = ours.recv() if ours.poll(SPAWN_TIMEOUT_S) else {
         "failed": f"the spawned process sent nothing in {SPAWN_TIMEOUT_S:.0f} s"}
     proc.join(5)
-    if proc.is_alive():
-        proc.kill()
+    if proc.is_alive():  # it and whatever it started, by the reaper's one ladder
+        reaper.end_tree(proc.pid)
+        proc.join()
     return {"entry": f"{entry.__module__}.{entry.__qualname__}", "replaced": replaced, **report}
 
 
@@ -233,7 +235,7 @@ def judge_propagates(patch: DeclaredPatch, got: dict[str, Any]) -> list[str]:
     return problems
 
 
-# --- drift ----------------------------------------------------------------------------------
+# --- upstream edits -------------------------------------------------------------------------
 
 def _mutated(source: str) -> str:
     """The source changed in meaning: the first ``if`` negated, else the first method call
@@ -276,7 +278,7 @@ def variant(source: str, kind: str) -> str:
 def _compile_like(source: str, original: Any) -> Any:
     """A function from ``source`` in ``original``'s module globals, whose source
     ``inspect.getsource`` can read (registered with linecache, as a file would be)."""
-    filename = f"<npu-regress drift {next(_variants)}: {original.__qualname__}>"
+    filename = f"<npu-regress edit {next(_variants)}: {original.__qualname__}>"
     lines = source.splitlines(keepends=True)
     linecache.cache[filename] = (len(source), None, lines, filename)
     namespace: dict[str, Any] = {}
@@ -287,7 +289,7 @@ def _compile_like(source: str, original: Any) -> Any:
     return func
 
 
-def check_drift(patch: DeclaredPatch, target: str, kind: str) -> dict[str, Any]:
+def check_upstream_edit(patch: DeclaredPatch, target: str, kind: str) -> dict[str, Any]:
     apply = prepare(patch)
     raw = resolve(target, raw=True)
     original = _function(raw)
@@ -305,13 +307,13 @@ def check_drift(patch: DeclaredPatch, target: str, kind: str) -> dict[str, Any]:
             "status": "kept" if kept else "replaced"}
 
 
-def judge_drift(patch: DeclaredPatch, target: str, got: dict[str, Any]) -> list[str]:
+def judge_upstream_edit(patch: DeclaredPatch, target: str, got: dict[str, Any]) -> list[str]:
     kind, raised = got["kind"], got["raised"]
     if got["measured"] != kind:
         return [f"the {kind} variant of {target} measured as a {got['measured']} change"]
     if kind == "meaning" and not raised:
         return [f"{target} changed in meaning, and {patch.apply} did not raise: it "
-                f"{got['status']} the changed upstream (no fail-fast on drift)"]
+                f"{got['status']} the changed upstream (no fail-fast on a meaning change)"]
     if kind != "meaning" and raised:
         return [f"a {kind}-only change of {target} made {patch.apply} raise ({raised}): its "
                 f"fingerprint rejects {kind} changes, so a reformatted upstream fails start-up"]

@@ -217,6 +217,7 @@ class ResultsWriter:
             release_finding=props.get("release_finding"),
             upstream_drift=props.get("upstream_drift"),
             children=getattr(report, "harness_children", []),
+            properties=_other_properties(props),
         )
         if report.skipped:
             record["reason"] = skip_reason(report)
@@ -250,6 +251,28 @@ def _category(report: pytest.TestReport, props: dict[str, Any]) -> str | None:
     if props.get("upstream_drift"):
         return "upstream-drift"
     return "release-finding" if props.get("release_finding") else None
+
+
+#: recorded properties that have a field of their own in a test line, or that the children's
+#: records already hold (``isolation``: each child's summary)
+OWN_FIELDS = frozenset(("dispatch_events", "logprob_report", "dispatcher_footprint",
+                        "patch_guard", "drift", "verdict", "release_finding", "upstream_drift",
+                        "isolation", "isolation_note"))
+
+
+def _other_properties(props: dict[str, Any]) -> dict[str, Any] | None:
+    """What a check recorded beyond the schema's own fields (issue 69: the nodes a
+    collectives case ran on reached the JUnit XML only), each a JSON value, or its text cut
+    to ``schema.MAX_PROPERTY_CHARS`` when larger; None when there is none."""
+    out: dict[str, Any] = {}
+    for name, value in props.items():
+        if name in OWN_FIELDS or len(out) >= schema.MAX_PROPERTIES:
+            continue
+        value = _json_or_none(value)
+        text = json.dumps(value, default=str)
+        out[str(name)] = value if len(text) <= schema.MAX_PROPERTY_CHARS else \
+            tail_text(text, schema.MAX_PROPERTY_CHARS)
+    return out or None
 
 
 def _json_or_none(value: Any) -> Any:

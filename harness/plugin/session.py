@@ -150,7 +150,7 @@ class HarnessSession:
         if self.terminated and self._previous_sigterm in (signal.SIG_DFL, None):
             # everything is written: now end as the sender asked (exit status -SIGTERM)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
 
     def child_env(self) -> dict[str, str | None]:
         env: dict[str, str | None] = {DEVICE_ENV: self.device.kind}
@@ -219,7 +219,7 @@ def _install_sigterm(session: HarnessSession) -> None:
             if callable(previous):
                 previous(signum, frame)
                 return
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
             return
         reaper.end_all_live()
         if callable(previous):

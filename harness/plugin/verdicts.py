@@ -31,18 +31,18 @@ from harness.stack.ledger import (  # noqa: F401 - the ledger's names, where tes
     LedgerError,
     load_ledger,
 )
-from harness.stack.upstream import UpstreamDrift
+from harness.stack.upstream import UpstreamApiMoved
 from harness.stack.upstream import version as installed_version
 
 HARNESS_DIR = Path(__file__).resolve().parents[1]
 STANDIN_FILE = HARNESS_DIR / "invariance" / "standin.py"
 _LEDGER_KEY = pytest.StashKey["Finding"]()
 #: the exception types a check raises on purpose: its verdict, not a harness defect
-VERDICT_TYPES = ("AssertionError", "Failed", "UpstreamDrift", "Skipped", "XFailed",
+VERDICT_TYPES = ("AssertionError", "Failed", "UpstreamApiMoved", "Skipped", "XFailed",
                  "ChildCrashed", "ChildTimeout")
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+', re.MULTILINE)
 _MISSING = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '(?P<mod>[^']+)'")
-_RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Drift))\b",
+_RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|ApiMoved))\b",
                      re.MULTILINE)
 
 
@@ -151,11 +151,11 @@ class Verdicts:
             self._ledger(report, finding, call)
         if report.failed and not any(k == "verdict" for k, _ in report.user_properties):
             self._file(report)
-        drift = getattr(call.excinfo, "value", None)
-        if report.failed and isinstance(drift, UpstreamDrift) and not any(
+        moved = getattr(call.excinfo, "value", None)
+        if report.failed and isinstance(moved, UpstreamApiMoved) and not any(
                 k == "upstream_drift" for k, _ in report.user_properties):
-            # a check that lets the adapter's UpstreamDrift through is filed as drift too
-            report.user_properties.append(("upstream_drift", str(drift)))
+            # a check that lets the adapter's UpstreamApiMoved through is filed as one too
+            report.user_properties.append(("upstream_drift", str(moved)))
         if report.failed:
             # the failure's whole statement, read from the exception while the hook has it
             # (the results file's text alone keeps only a tail): a bisect's signature

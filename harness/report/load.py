@@ -63,6 +63,8 @@ class TestResult:
     judged: str = ""
     #: a failure's problem lines as the check stated them (empty in older files)
     problems: tuple[str, ...] = ()
+    #: the check's other recorded properties (where it ran, its settings), name -> value
+    properties: dict[str, Any] | None = None
 
     @property
     def failing(self) -> bool:
@@ -337,7 +339,17 @@ def parse_test(record: dict[str, Any], *, lean: bool = False) -> TestResult:
             result.children = _children(record.get("children"))
         result.category = _text(record.get("category"), 40)
         result.dispatcher_footprint = _footprint(record.get("dispatcher_footprint"))
+        result.properties = _properties(record.get("properties"))
     return result
+
+
+def _properties(value: Any) -> dict[str, Any] | None:
+    """A test line's ``properties``: a mapping of at most ``schema.MAX_PROPERTIES`` names,
+    each value small or cut to text; None if not a mapping."""
+    if not isinstance(value, dict):
+        return None
+    return {_text(name, 100): _small(item)
+            for name, item in list(value.items())[:schema.MAX_PROPERTIES]} or None
 
 
 #: characters kept of each of a failure's problem lines (``schema.MAX_PROBLEM_LINES`` of them)

@@ -8,6 +8,7 @@ untrusted results files and reaches HTML only through jinja2's autoescape.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -238,10 +239,12 @@ def _diagnoses(family: str, res: TestResult, cell: Cell) -> list[Diagnosis]:
         if res.category == category:
             found.append(Diagnosis(title, text))
     if res.category == "upstream-drift":
-        found.append(Diagnosis("upstream drift: the stack changed under the adapter",
+        found.append(Diagnosis("upstream API moved: the stack changed under the adapter",
                                _message(res.longrepr)))
     if res.logprob_report is not None:
         found.append(Diagnosis("logprob mismatches", _logprob_diagnosis(res.logprob_report)))
+    if res.properties:
+        found.append(Diagnosis("recorded by the check", _properties_text(res.properties)))
     if res.dispatch_events is not None or family == "switch":
         seen = res.dispatch_events if res.dispatch_events is not None else "not recorded"
         text = f"events seen: {seen}"
@@ -262,6 +265,19 @@ def _diagnoses(family: str, res: TestResult, cell: Cell) -> list[Diagnosis]:
             found.append(Diagnosis("hardware: values and their sources",
                                    "\n".join(lines[-MESSAGE_LINES:])))
     return found
+
+
+#: recorded properties a card names first, with a label: where the ranks ran
+PROPERTY_LABELS = {"collective_nodes": "ran on nodes", "collective_settings": "settings",
+                   "collective_rows": "rows"}
+
+
+def _properties_text(props: dict[str, Any]) -> str:
+    """One line per recorded property, the labelled ones first (``ran on nodes: ...``)."""
+    ordered = sorted(props, key=lambda k: (k not in PROPERTY_LABELS, k))
+    return "\n".join(f"{PROPERTY_LABELS.get(k, k)}: "
+                     f"{v if isinstance(v, str) else json.dumps(v, default=str)}"
+                     for k in ordered for v in (props[k],))
 
 
 _ORDER = {"new-failure": 0, "flaky": 1, "still-failing": 2}
@@ -417,7 +433,7 @@ def news(comp: Comparison) -> list[tuple[str, str, int]]:
             ("newly-skipped", "newly skipped", len(summary["newly_skipped"])),
             ("vanished", "vanished", len(summary["vanished"])),
             ("not-run", "not run (night ended early)", len(summary["not_run"])),
-            ("upstream-drift", "upstream drift", len(summary["upstream_drift"])),
+            ("upstream-drift", "upstream API moved", len(summary["upstream_drift"])),
             ("release-findings", "findings about releases", len(summary["release_findings"])),
             ("harness-causes", "the harness's own causes", len(summary["harness_causes"])),
             ("unsupported-stack", "on an unsupported stack",

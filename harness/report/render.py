@@ -60,7 +60,7 @@ def _md(text: Any) -> str:
 TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "Still failing",
           "flaky": "Flaky", "event_changes": "Dispatch-event counts changed",
           "figure_changes": "Figures changed (the size of a difference)",
-          "newly_skipped": "Newly skipped", "upstream_drift": "Upstream drift",
+          "newly_skipped": "Newly skipped", "upstream_drift": "Upstream API moved",
           "release_findings": "Findings about releases",
           "harness_causes": "The harness's own causes (ours, not the release's)",
           "unsupported_stack": "On an unsupported stack (the preflight's pairing failed)",
@@ -74,6 +74,10 @@ TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "St
 CATEGORY_KEYS = ("drift_grew", "upstream_drift", "release_findings", "harness_causes",
                  "unsupported_stack",
                  "forward_compat", "fixed_upstream", "known_findings")
+#: the rows of summary.md's count table, each once (drift grew is a category too)
+COUNT_KEYS = tuple(dict.fromkeys(("new_failures", "drift_grew", "fixed", "still_failing",
+                                  "flaky", "event_changes", "figure_changes", "newly_skipped",
+                                  "vanished", "not_run", *CATEGORY_KEYS)))
 #: rows of the skipped table in summary.md (all of them are in summary.json)
 MD_SKIPPED_ROWS = 200
 #: rows of every other table in summary.md
@@ -123,8 +127,7 @@ def summary_markdown(comp: Comparison) -> str:
              f"{s['tests']} tests; compared with {len(comp.nights)} earlier night(s).", "",
              *[f"**{_md(a.text)}**" for a in page.alerts(comp)], "",
              "| | count |", "|---|---|"]
-    for key in ("new_failures", "drift_grew", "fixed", "still_failing", "flaky", "event_changes",
-                "figure_changes", "newly_skipped", "vanished", "not_run", *CATEGORY_KEYS):
+    for key in COUNT_KEYS:
         lines.append(f"| {TITLES[key]} | {len(s[key])} |")
     skipped = sum(s["skipped_by_reason"].values())
     lines.append(f"| Skipped | {skipped} |")

@@ -77,6 +77,9 @@ CATEGORIES = ("release-finding", "drift-grew", "known-finding", "fixed-upstream"
 
 #: a failure's ``problems`` kept: lines, written and read back
 MAX_PROBLEM_LINES = 64
+#: a test line's ``properties``: how many, and the JSON text of each, kept at most
+MAX_PROPERTIES = 32
+MAX_PROPERTY_CHARS = 4000
 
 
 class Test(TypedDict, total=False):
@@ -101,6 +104,10 @@ class Test(TypedDict, total=False):
     #: (``harness.drift``: table, key, row, figures, envelope, judged)
     drift: list[dict[str, Any]] | None
     children: list[Child]
+    #: the check's other recorded properties (``record_property``) that have no field of
+    #: their own: where it ran (``collective_nodes``), its settings and rows, the IPC
+    #: decision... name -> JSON value, each cut to ``MAX_PROPERTY_CHARS`` (as text past it)
+    properties: dict[str, Any] | None
     reason: str  # a skip's or an xfail's
     longrepr: str  # a failure's text, its tail
     #: a failure's problem lines, whole (``failure_lines`` of the exception): what a bisect

@@ -1,6 +1,6 @@
 """What the harness knows of installed upstream code (vLLM, vllm-ascend, verl): which
 release it is, where a module's source lies (found without importing), how to import a
-module whose package ``__init__`` needs what a CPU runner lacks, and ``UpstreamDrift``, the
+module whose package ``__init__`` needs what a CPU runner lacks, and ``UpstreamApiMoved``, the
 outcome when a symbol an adapter relies on is missing or renamed in the installed release.
 """
 
@@ -16,8 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-class UpstreamDrift(Exception):
-    """An upstream module or symbol that an adapter relies on is missing or renamed."""
+class UpstreamApiMoved(Exception):
+    """An upstream module or symbol that an adapter relies on is missing or renamed: the
+    release's API moved (results category ``upstream-drift``, its public name). Not a drift:
+    in this harness a drift is the size of a difference only (``harness.drift``)."""
 
 
 def package_dirs(package: str) -> list[Path]:
@@ -76,7 +78,7 @@ def import_upstream(module: str, *, skip_inits: tuple[str, ...] = ()) -> types.M
             continue
         spec = importlib.util.find_spec(name)
         if spec is None or spec.submodule_search_locations is None:
-            raise UpstreamDrift(f"upstream drift: no package {name}")
+            raise UpstreamApiMoved(f"upstream API moved: no package {name}")
         parent = types.ModuleType(name)
         parent.__path__ = list(spec.submodule_search_locations)
         parent.__spec__ = spec
@@ -85,10 +87,10 @@ def import_upstream(module: str, *, skip_inits: tuple[str, ...] = ()) -> types.M
 
 
 def require(module: types.ModuleType, distribution: str, symbols: Iterable[str]) -> None:
-    """``UpstreamDrift`` naming every one of ``symbols`` that ``module`` lacks."""
+    """``UpstreamApiMoved`` naming every one of ``symbols`` that ``module`` lacks."""
     missing = [s for s in symbols if not hasattr(module, s)]
     if missing:
-        raise UpstreamDrift(f"upstream drift: {release(distribution)} has no "
+        raise UpstreamApiMoved(f"upstream API moved: {release(distribution)} has no "
                             f"{', '.join(f'{module.__name__}.{s}' for s in missing)}")
 
 

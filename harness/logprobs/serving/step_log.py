@@ -1,69 +1,23 @@
-"""Which requests each engine step scheduled, written from inside a vLLM server: the HTTP
-serving case's proof that its probe shared steps with other requests.
+"""Which requests each engine step scheduled, read back: the HTTP serving case's proof that
+its probe shared steps with other requests.
 
-A vLLM general plugin (entry point ``vllm.general_plugins``: ``npu_regress_step_log``).
-vLLM loads general plugins in every process it starts, the engine core included; this one
-does nothing unless ``$NPU_REGRESS_STEP_LOG`` names a file, which only the harness's own
-server sets. There it wraps the scheduler's ``schedule`` and appends one JSON line per step
-that scheduled anything: the ids of the requests it scheduled. Its first line says it loaded
-(or why it could not wrap the scheduler), so a server where it did not load is told apart
-from one where nothing shared the probe's steps: both are vacuous, never a pass.
-
-We patch vLLM here, so we guard it as users guard theirs: the wrapper is feature-checked
-(the class and its ``num_scheduled_tokens`` output), applied once a process, and says when
-it cannot apply.
+The writer is a vLLM general plugin (entry point ``vllm.general_plugins``:
+``npu_regress_step_log``), a top-level module of its own so that the vLLM processes that load
+it import nothing of the harness (its source: ``harness/vllm_plugin/``). Here: the variables
+a server needs to write the log, and the reader that says whether the probe's own steps held
+other requests (vacuous when the plugin did not load, could not wrap the scheduler, or never
+saw the probe).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-ENV = "NPU_REGRESS_STEP_LOG"
-#: the entry point's name (``VLLM_PLUGINS`` lists plugins by it)
-PLUGIN = "npu_regress_step_log"
-_lock = threading.Lock()
+from npu_regress_step_log import ENV, PLUGIN, register
 
-
-def _write(path: str, record: dict[str, Any]) -> None:
-    line = json.dumps(record) + "\n"
-    with _lock, open(path, "a") as out:  # one write a line: lines from processes interleave
-        out.write(line)
-
-
-def register() -> None:
-    """The plugin: wrap the scheduler's ``schedule`` in this process (inert without the
-    variable)."""
-    path = os.environ.get(ENV)
-    if not path:
-        return
-    try:
-        from vllm.v1.core.sched.scheduler import Scheduler
-    except ImportError as exc:
-        _write(path, {"pid": os.getpid(), "unsupported": f"no v1 scheduler: {exc}"})
-        return
-    original = Scheduler.schedule
-    if getattr(original, "_npu_regress_step_log", False):
-        return
-
-    def schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
-        out = original(self, *args, **kwargs)
-        scheduled = getattr(out, "num_scheduled_tokens", None)
-        if isinstance(scheduled, dict) and scheduled:
-            _write(path, {"t": time.time(), "requests": sorted(scheduled)})
-        elif scheduled is None:
-            _write(path, {"pid": os.getpid(), "unsupported": "the scheduler's output has no "
-                          "num_scheduled_tokens"})
-        return out
-
-    schedule._npu_regress_step_log = True  # type: ignore[attr-defined]
-    Scheduler.schedule = schedule  # type: ignore[method-assign]
-    _write(path, {"pid": os.getpid(), "loaded": True})
+__all__ = ["ENV", "PLUGIN", "StepLog", "register", "server_env"]
 
 
 def server_env(path: Path, environ: dict[str, str]) -> dict[str, str]:
