@@ -40,7 +40,9 @@ def fresh_venv(folder: Path, requirements: Path,
     ``after`` pip commands (the recipe's ``after_install``): its python."""
     venv.EnvBuilder(with_pip=True, clear=True).create(folder)
     python = folder / "bin" / "python"
-    for args in (("install", "-q", "-r", str(requirements)), *after):
+    # --no-compile: pip byte-compiles every file it installs (torch's and vLLM's tens of
+    # thousands); the script imports a fraction of them, compiled as it imports them
+    for args in (("install", "-q", "--no-compile", "-r", str(requirements)), *after):
         proc = subprocess.run([str(python), "-m", "pip", *args], capture_output=True,
                               text=True, check=False)
         if proc.returncode != 0:
