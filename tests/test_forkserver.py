@@ -75,6 +75,20 @@ def test_server_refuses_to_serve(module: str, reason: str) -> None:
     assert not server.alive()
 
 
+def test_an_optional_preload_entry_is_skipped_where_it_is_not_installed() -> None:
+    """``name?``: optional (the project's ini lists transformers? and openai?); the server
+    serves without it, and imports it where it is installed; a plain entry still refuses."""
+    server = ForkServerLauncher(("no_such_module_xyz?", "colorsys?"))
+    try:
+        server.ensure_ready()
+        assert server.alive()
+        loaded = isolate(lambda: sorted(m for m in ("colorsys", "no_such_module_xyz")
+                                        if m in sys.modules), launcher=server).value
+        assert loaded == ["colorsys"]  # (no module of the server's own imports colorsys)
+    finally:
+        server.close()
+
+
 @needs_torch
 def test_auto_falls_back_to_spawn_with_one_warning(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(

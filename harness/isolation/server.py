@@ -52,6 +52,8 @@ from harness.isolation.messages import (
 )
 
 DEFAULT_PRELOAD = ("torch", "pytest", "harness")
+#: a preload entry ending in this is optional: skipped where its package is not installed
+OPTIONAL = "?"
 START_TIMEOUT_S = 180.0
 
 #: the folder holding the harness package, put on a fresh child's path before it imports us
@@ -211,12 +213,15 @@ def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = N
     # on stdin instead.
     become_subreaper()
     try:
-        for name in preload:
+        for entry in preload:
             # torch is in the default warm-up, but a machine may have none (the plugin's
             # own tests on Python 3.10/3.12 here): left out when it is not installed, a
-            # child that needs it then fails as under spawn; any other module asked for,
-            # and a torch that is installed but fails to import, are reported
-            if name.partition(".")[0] == "torch" and importlib.util.find_spec("torch") is None:
+            # child that needs it then fails as under spawn; so is a module named with a
+            # trailing "?" (``transformers?``: optional, where the stack has it); any other
+            # module asked for, and one that is installed but fails to import, are reported
+            name = entry.removesuffix(OPTIONAL)
+            if (entry.endswith(OPTIONAL) or name.partition(".")[0] == "torch") \
+                    and importlib.util.find_spec(name.partition(".")[0]) is None:
                 continue
             importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides

@@ -47,8 +47,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--isolation-preload", dest="harness_isolation_preload", default=None,
         metavar="MODULES",
-        help="comma-separated modules the forkserver imports before serving. Default: ini "
-        f"harness_isolation_preload, else {','.join(DEFAULT_PRELOAD)}.",
+        help="comma-separated modules the forkserver imports before serving; a trailing ? "
+        "makes one optional (skipped where it is not installed: transformers?). Default: "
+        f"ini harness_isolation_preload, else {','.join(DEFAULT_PRELOAD)}.",
     )
     group.addoption(
         "--bi-target", dest="bi_targets", action="append", default=None, metavar="NAME",
