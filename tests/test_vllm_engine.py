@@ -171,8 +171,14 @@ def test_dummy_weights_are_vacuous_not_a_pass() -> None:
 SERVING = "suites/test_logprob_serving.py"
 CONTROLS = '''
 import json, sys
-import harness
+from harness.isolation.run import isolate
+from harness.isolation.server import get_forkserver_launcher
 from harness.logprobs.serving import run_serving_case
+
+# each control in its own child, forked from one server that preloaded the project's ini
+# list (torch and the third-party stack, never vllm): not a fresh interpreter each
+LAUNCHER = get_forkserver_launcher(tuple(sys.argv[1].split(",")))
+OFF = {"VLLM_BATCH_INVARIANT": None}
 
 cases = {
     "no load": ("concurrent", "float32", {"scale": 0}),
@@ -186,19 +192,29 @@ cases = {
     "base model only": ("lora-mix", "bfloat16", {"lora_every": (0,)}),
 }
 out = {}
+def control(fn, *args):
+    return isolate(fn, args, timeout=600, env=OFF, launcher=LAUNCHER).raise_for_outcome().value
+
+
 for name, (prop, dtype, knobs) in cases.items():
-    report = harness.run_isolated(run_serving_case, prop, False, dtype, knobs, timeout=600,
-                                  env={"VLLM_BATCH_INVARIANT": None}).value
-    out[name] = report.summary()
+    out[name] = control(run_serving_case, prop, False, dtype, knobs).summary()
 from harness.logprobs.serving.over_http import run_http_case
-out["no clients"] = harness.run_isolated(run_http_case, False, "float32", {"clients": 0},
-                                         timeout=600, env={"VLLM_BATCH_INVARIANT": None}
-                                         ).value.summary()
-out["clients finish first"] = harness.run_isolated(
-    run_http_case, False, "float32", {"finish_first": True}, timeout=600,
-    env={"VLLM_BATCH_INVARIANT": None}).value.summary()
+out["no clients"] = control(run_http_case, False, "float32", {"clients": 0}).summary()
+out["clients finish first"] = control(run_http_case, False, "float32",
+                                      {"finish_first": True}).summary()
 print("CONTROLS " + json.dumps(out))
 '''
+
+
+def _project_preload() -> str:
+    """The project's own forkserver preload (``harness_isolation_preload`` in
+    pyproject.toml), as the suites' runs use it."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    return ini["harness_isolation_preload"]
 
 
 def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
@@ -246,7 +262,7 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     # repeat under load must hold whatever the switch
     assert tests["repeat-under-load-off-float32"]["outcome"] == "passed", tail
 
-    proc = subprocess.run([str(python), "-c", CONTROLS], cwd=ROOT,
+    proc = subprocess.run([str(python), "-c", CONTROLS, _project_preload()], cwd=ROOT,
                           env={**_env(), "OMP_NUM_THREADS": str(THREADS),
                                "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=1800, check=False)
@@ -362,7 +378,7 @@ def _layer_controls(seeded: dict) -> None:
     the one that differs most on the engine's own inputs."""
     import harness
 
-    engine, trainer = harness.run_isolated(_both_scores, seeded, method="spawn").value
+    engine, trainer = harness.run_isolated(_both_scores, seeded, method="forkserver").value
     assert engine.layers["first"] == "layer0.attention", engine.layers["sentence"]
     assert engine.layers["largest_local"] == "layer1.attention", engine.layers["sentence"]
     assert "most at layer 1, attention" in engine.layers["sentence"]
@@ -417,19 +433,19 @@ def _drift_controls(side: dict) -> None:
                            found.tokens, "vllm-rollout", "cpu", "float32", False,
                            figures=found.figures())
 
-    same = harness.run_isolated(rollout.score, side, "float32", method="spawn").value
+    same = harness.run_isolated(rollout.score, side, "float32", method="forkserver").value
     assert "k3_kl" in same.verl and "rollout_probs_diff_max" in same.verl, same.verl_missing
     outcome, why, drift = judged(same)
     assert outcome == "passed" and drift["judged"] == "within", why
-    training = harness.run_isolated(rollout.recompute, side, "float32", method="spawn").value
+    training = harness.run_isolated(rollout.recompute, side, "float32", method="forkserver").value
     far = harness.run_isolated(rollout.compare, side, _moved(side, training, 10.0), "float32",
-                               method="spawn").value
+                               method="forkserver").value
     outcome, why, drift = judged(far)
     assert outcome == "failed" and why.startswith("drift grew: rollout-vs-training of "
                                                   "vllm-rollout float32 on cpu: "), why
     assert {"max_abs", "rollout_probs_diff_max"} <= set(drift["grew"]), drift
     seeded = harness.run_isolated(rollout.score, side, "float32", _logsumexp_in_bf16,
-                                  method="spawn").value
+                                  method="forkserver").value
     outcome, why, drift = judged(seeded)
     assert outcome == "failed" and {"max_ulp", "max_abs", "k3_kl"} <= set(drift["grew"]), why
     assert seeded.max_ulp > 1000, seeded.summary()
