@@ -41,3 +41,27 @@ def sampler_logprobs_in_bf16(src: Any) -> None:
 
     Sampler.compute_logprobs = staticmethod(compute_logprobs)  # type: ignore[method-assign]
     _KEEP.append(compute_logprobs)
+
+
+def greedy_runner_up_in_batches(src: Any) -> None:
+    """A regression seeded into vLLM's own greedy sampler (``Sampler.greedy_sample``): in a
+    step with several requests, a row whose best two tokens are within 1.0 (logprob units) of
+    each other takes the runner-up, a request alone still the best (ties broken another way
+    for large batches). Under load the probe then continues with other tokens: the largest
+    drift a user can see, which must never read as "within" (issue 66)."""
+    import torch
+    from vllm.v1.sample.sampler import Sampler
+
+    released = Sampler.greedy_sample
+
+    def greedy_sample(logits: torch.Tensor) -> torch.Tensor:
+        best = released(logits)
+        if logits.dim() != 2 or logits.shape[0] < 2:
+            return best
+        top = logits.float().log_softmax(dim=-1).topk(2, dim=-1)
+        near = (top.values[:, 0] - top.values[:, 1]) < 1.0
+        return torch.where(near, top.indices[:, 1], best.view(-1)).to(best.dtype).view(
+            best.shape)
+
+    Sampler.greedy_sample = staticmethod(greedy_sample)  # type: ignore[method-assign]
+    _KEEP.append(greedy_sample)

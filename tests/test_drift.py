@@ -121,6 +121,58 @@ def test_a_gap_grown_from_2_ulp_to_200_fails_naming_the_figure(with_row) -> None
     assert stale.drift["judged"] == "stale"
 
 
+def test_the_judge_fails_closed_on_a_figure_it_cannot_read(with_row) -> None:  # type: ignore[no-untyped-def]
+    """Issue 66: a judged figure missing (a renamed upstream metric), NaN, infinite (a shape
+    mismatch) or negative, or no figure at all, is never within: the row fails as ours,
+    naming the figure."""
+    full = {"max_ulp": 2, "max_abs": 9.5e-7, "differing": 17}
+    assert _judge(full).outcome == "passed"
+    for figures, said in (({"max_ulp": 2, "differing": 17}, "max_abs is missing"),
+                          ({**full, "max_abs": float("nan")}, "max_abs is NaN"),
+                          ({**full, "max_abs": float("inf")}, "max_abs is infinite"),
+                          ({**full, "max_ulp": -1}, "max_ulp is negative (-1)"),
+                          ({**full, "max_ulp": None}, "max_ulp is not a number (None)"),
+                          ({}, "max_ulp is missing; max_abs is missing; differing is "
+                               "missing")):
+        found = _judge(figures)
+        assert found.outcome == "failed" and found.why.startswith(
+            "harness: micro-batch of training-right float32 on cpu (row micro-batch/"
+            "training-right/cpu/x86_64/float32/off): cannot be judged against its "
+            f"envelope, {said}"), found.why
+        assert found.drift["judged"] == "unjudgeable", found.drift
+    # a figure that grew beside one that is missing: the release's drift, the loss said too
+    both = _judge({"max_ulp": 200, "differing": 17})
+    assert both.outcome == "failed" and both.why.startswith("drift grew: ")
+    assert both.why.endswith("; not judged: max_abs is missing"), both.why
+
+
+def test_a_count_s_bound_never_reaches_its_total() -> None:
+    """Issue 66: 22 of 42 cases measured; 3x (66) would be past the 42 compared, so the
+    bound is the largest measured plus one, and the record says so. An exact count (greedy
+    tokens changed) measured as 0 fails on the first."""
+    envelope = Envelope({"differing": (20, 22), "tokens_changed": (0, 0)}, 5, "test")
+    record: dict = {}
+    assert envelope.judge({"differing": 23, "tokens_changed": 0,
+                           "totals": {"differing": 42}}, record) == []
+    assert record["envelope"]["bounds"]["differing"] == 23
+    assert "the largest measured count plus one" in record["envelope"]["capped"]["differing"]
+    [grew] = envelope.judge({"differing": 24, "tokens_changed": 0,
+                             "totals": {"differing": 42}}, {})
+    assert (grew.figure, grew.bound) == ("differing", 23)
+    # without a total, the old bound (3x)
+    assert envelope.judge({"differing": 60, "tokens_changed": 0}, {}) == []
+    [flip] = envelope.judge({"differing": 20, "tokens_changed": 1,
+                             "totals": {"differing": 42}}, {})
+    assert (flip.figure, flip.value, flip.bound) == ("tokens_changed", 1, 0)
+
+
+def test_an_envelope_of_no_figure_or_of_infinity_is_refused() -> None:
+    with pytest.raises(EnvelopeError, match="an envelope with no figure judges nothing"):
+        Envelope({}, 5, "test")
+    with pytest.raises(EnvelopeError, match=r"figure max_abs = \[0.1, inf\]"):
+        Envelope({"max_abs": (0.1, float("inf"))}, 5, "test")
+
+
 def test_a_row_without_an_envelope_records_and_says_so() -> None:
     found = expectations.judge_drift("batch-size", False, 18, "tiny", "cpu", "float32", False,
                                      machine="aarch64", figures={"max_ulp": 7})
@@ -180,6 +232,22 @@ def test_update_adopts_the_spread_of_the_runs_and_refuses_other_failures(
     assert sum("test failed for another reason than a drift (harness)" in r
                for r in done.refused) == 5
     assert sum("stale" in r for r in done.refused) == 5
+
+
+def test_update_never_adopts_an_infinite_or_nan_figure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 66: a shape mismatch gives max_abs = inf; adopted once, [inf, inf] could never
+    fail again. The run is refused, naming the figure; the finite runs are adopted."""
+    tables = _copy_tables(tmp_path, monkeypatch)
+    runs = [_results(tmp_path / f"r{i}.jsonl", [
+        {"id": "a", "outcome": "xfailed", "drift": [_drift("no-envelope", max_ulp=2,
+                                                            max_abs=value)]}])
+        for i, value in enumerate((9.5e-7, float("inf"), float("nan"), 9.6e-7, 9.5e-7))]
+    done = adopt_mod.adopt(runs, tables)
+    assert done.written == [("logprobs", ROW, 3)], done
+    assert tables["logprobs"].get(ROW).envelope.figures["max_abs"] == (9.5e-7, 9.6e-7)
+    assert [r.split(": ", 2)[2] for r in done.refused] == [
+        "not adopted: max_abs is infinite", "not adopted: max_abs is NaN"], done.refused
 
 
 
@@ -267,3 +335,34 @@ def test_a_drift_that_grew_is_filed_as_drift_grew_with_its_record(
         "drift grew: micro-batch/training-right/cpu/x86_64/float32/off: max_ulp"), line
     assert "drift grew: micro-batch of training-right float32 on cpu: max_ulp 5000 " \
         "(largest distance in ULP) is above its envelope 2..2" in line["longrepr"], line
+
+
+LOST_TEST = '''
+import pytest
+from harness.logprobs.expectations import judge_drift
+
+def test_lost(record_property):
+    # verl's figures gone (its helper renamed upstream): what the rollout row judges is absent
+    found = judge_drift("micro-batch", False, 32, "training-right", "cpu", "float32", False,
+                        machine="x86_64", figures={"max_ulp": 2, "differing": 17})
+    record_property("drift", [found.drift])
+    assert found.outcome == "failed"
+    pytest.fail(found.why, pytrace=False)
+'''
+
+
+def test_a_lost_figure_is_filed_as_ours_through_pytest(pytester: pytest.Pytester) -> None:
+    """Issue 66, through pytest and the plugin: the category comes from the check's drift
+    record (judged "unjudgeable"), "harness", naming the figure; never "drift grew", never
+    a pass."""
+    pytester.makepyfile(test_l=LOST_TEST)
+    results = pytester.path / "results.jsonl"
+    run = pytester.runpytest_subprocess(f"--harness-results={results}")
+    run.assert_outcomes(failed=1)
+    line = next(json.loads(x) for x in results.read_text().splitlines()
+                if json.loads(x)["type"] == "test")
+    assert line["drift"][0]["judged"] == "unjudgeable", line["drift"]
+    assert line["category"] == "harness", line
+    assert line["verdict"]["reason"].startswith(
+        "a judged figure could not be read: micro-batch/training-right/cpu/x86_64/float32/off: "
+        "max_abs is missing"), line["verdict"]

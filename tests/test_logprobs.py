@@ -245,17 +245,26 @@ def test_vllm_unavailable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- the inverse control's expectations -------------------------------------------------------
 
 def test_expectation_table() -> None:
-    from harness.logprobs.expectations import judge
+    from harness.logprobs.expectations import expectation, judge
+
+    def inside(check, source, dtype, on, machine="x86_64"):  # type: ignore[no-untyped-def]
+        """Figures inside the row's envelope (its measured maxima), or None without one."""
+        envelope = expectation(check, source, "cpu", dtype, on, machine).envelope
+        return {n: hi for n, (_, hi) in envelope.figures.items()} if envelope else None
 
     def outcome(check, equal, source, dtype, on, machine="x86_64"):  # type: ignore[no-untyped-def]
-        return judge(check, equal, 42, source, "cpu", dtype, on, machine=machine)
+        figures = None if equal else inside(check, source, dtype, on, machine)
+        return judge(check, equal, 42, source, "cpu", dtype, on, machine=machine,
+                     figures=figures)
 
     # the switch-off difference inside its envelope passes; ten times it fails (issue 56)
     verdict, why = judge("batch-size", False, 42, "tiny", "cpu", "float32", False,
-                         machine="x86_64", figures={"max_ulp": 113, "differing": 20})
+                         machine="x86_64", figures={**inside("batch-size", "tiny", "float32",
+                                                             False), "max_ulp": 113})
     assert verdict == "passed" and "as expected, within its envelope" in why, why
     verdict, why = judge("batch-size", False, 42, "tiny", "cpu", "float32", False,
-                         machine="x86_64", figures={"max_ulp": 1590, "differing": 20})
+                         machine="x86_64", figures={**inside("batch-size", "tiny", "float32",
+                                                             False), "max_ulp": 1590})
     assert verdict == "failed" and why.startswith("drift grew: batch-size of tiny float32 "
                                                   "on cpu: max_ulp 1590"), why
     verdict, why = outcome("batch-size", True, "tiny", "float32", False)

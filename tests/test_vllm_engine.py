@@ -189,6 +189,9 @@ cases = {
     "silu by rows": ("concurrent", "bfloat16", {"seed_regression": "tests.serving_seeds:silu_by_rows"}),
     "sampler in bf16": ("concurrent", "float32",
                         {"seed_regression": "tests.serving_seeds:sampler_logprobs_in_bf16"}),
+    "greedy flips under load": ("concurrent", "float32",
+                                {"seed_regression":
+                                 "tests.serving_seeds:greedy_runner_up_in_batches"}),
     "base model only": ("lora-mix", "bfloat16", {"lora_every": (0,)}),
 }
 out = {}
@@ -301,6 +304,15 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     assert grown.why.startswith("drift grew: concurrent of vllm float32 on cpu: max_ulp "), \
         grown.why
     assert scaled["figures"]["max_ulp"] >= 100, scaled
+    # issue 66: the probe's greedy tokens changed under load (a batched sampler that breaks
+    # near-ties another way) is a figure of its own, judged exactly: it was read as max_ulp
+    # -1, max_abs 0, "within" its envelope
+    flipped = controls["greedy flips under load"]
+    assert flipped["figures"]["tokens_changed"] >= 1, flipped
+    turned = judge_drift("concurrent", False, flipped["cases"], "vllm", "cpu", "float32",
+                         False, figures=flipped["figures"])
+    assert turned.outcome == "failed" and "tokens_changed" in turned.drift["grew"], turned.why
+    assert "tokens_changed" in turned.why and turned.why.startswith("drift grew: "), turned.why
 
 
 def test_the_rollout_rows_of_the_rl_suite(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.drift.envelope import Envelope
+from harness.drift.envelope import TOTALS, Envelope, unjudgeable_sentence
 from harness.drift.figures import describe
 from harness.drift.table import Table, load
 
@@ -94,6 +94,9 @@ def judge_sizes(reading: Any, expectation: CollectiveExpectation
                             f"({expectation.why}), but every size gave the row's bits alone: "
                             "the table in harness/collectives/expected.toml is out of date"), \
                 drift
+        lost = [r["sentence"] for r in drift if r["judged"] == "unjudgeable"]
+        if lost:  # fails closed, as ours (category harness, from the records)
+            return "fail", "; ".join(lost), drift
         grew = [r["sentence"] for r in drift if r["judged"] == "grew"]
         if grew:
             return "fail", (f"drift grew: {collective} on {reading.world} "
@@ -111,21 +114,25 @@ def judge_sizes(reading: Any, expectation: CollectiveExpectation
 
 def _record(reading: Any, expectation: CollectiveExpectation, dtype: str) -> dict[str, Any]:
     """One dtype's drift record: its figures against its row's envelope."""
-    figures = reading.figures(dtype)
+    raw = reading.figures(dtype)
+    figures = {n: v for n, v in raw.items() if n != TOTALS}
     envelope = expectation.measured.get(dtype)
     record: dict[str, Any] = {
         "table": "collectives", "row": expectation.sizes, "figures": figures,
+        TOTALS: raw.get(TOTALS, {}),
         "key": dict(zip(KEY_FIELDS, (*expectation.key, dtype), strict=True))}
     if not figures["sizes_differing"]:
         record["judged"] = "equal"
     elif envelope is None:
         record["judged"] = "no-envelope"
     else:
-        grew = envelope.judge(figures, record)
+        grew = envelope.judge(raw, record)
         if grew:
             record["sentence"] = f"{dtype}: " + "; ".join(
                 b.sentence(envelope.measured) for b in grew)
-    if record["judged"] != "grew":
+        elif record["judged"] == "unjudgeable":
+            record["sentence"] = unjudgeable_sentence(record, f"{dtype} sizes")
+    if record["judged"] not in ("grew", "unjudgeable"):
         record["sentence"] = f"{dtype}: " + ", ".join(describe(n, v)
                                                        for n, v in figures.items())
     return record

@@ -113,12 +113,13 @@ class Reading:
     def sizes_differing(self, dtype: str) -> list[int]:
         return sorted({m.size for m in self.of("sizes", dtype)})
 
-    def figures(self, dtype: str) -> dict[str, float]:
+    def figures(self, dtype: str) -> dict[str, Any]:
         """The size property's drift in ``dtype`` (``harness.drift.figures``)."""
         differing = self.of("sizes", dtype)
         return {"sizes_differing": len(self.sizes_differing(dtype)),
                 "max_ulp": max((m.ulp for m in differing), default=0),
-                "max_abs": max((m.max_abs for m in differing), default=0.0)}
+                "max_abs": max((m.max_abs for m in differing), default=0.0),
+                "totals": {"sizes_differing": len([n for n in self.sizes if n > 1])}}
 
     def row(self, dtype: str) -> str:
         """One line of the measured table."""

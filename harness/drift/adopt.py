@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.drift.envelope import DEFAULT_TOLERANCE, Envelope, EnvelopeError
-from harness.drift.figures import judged
+from harness.drift.figures import judged, unusable
 from harness.drift.table import Row, Table, with_envelope
 
 #: the runs a row's envelope should be measured over (docs/drift.md); fewer are adopted
@@ -96,7 +96,13 @@ def adopt(paths: list[Path], tables: dict[str, Table]) -> Adoption:
                 if why:
                     done.refused.append(f"{run.path}: {test.get('id')}: {why}")
                     continue
-                figures[key].append(judged(record.get("figures") or {}))
+                raw = record.get("figures") or {}
+                bad = [why for name in judged(raw) if (why := unusable(name, raw[name]))]
+                if bad:  # an envelope of inf can never fail again
+                    done.refused.append(f"{run.path}: {test.get('id')}: not adopted: "
+                                        f"{'; '.join(bad)}")
+                    continue
+                figures[key].append(judged(raw))
                 rows[key] = str(record.get("row") or "record")
                 where[key][run.path] = run.header
     for (name, key), measured in figures.items():

@@ -7,9 +7,16 @@ The bound of a figure measured from ``lo`` to ``hi`` over the runs, with the row
 - ``t * hi``, but never ``GROWTH_CAP`` times the smallest measured value or more: a growth
   of ten times what was measured never passes, whatever the tolerance;
 - never below ``hi``: every measured run is inside its own envelope;
-- a counted figure (cases, ULP) at least ``hi + 1``.
+- a counted figure (cases, ULP) at least ``hi + 1``, but never its total (the cases
+  compared, the tokens): where the bound would reach it, ``hi + 1``, said in the record;
+- an exact count (``tokens_changed``) no slack at all: measured as 0, the first fails.
 
 A figure measured as 0 in every run has the bound 0 (1 for a count): any drift there grew.
+
+The judge fails closed: a figure the envelope holds that tonight's record lacks, or holds
+as NaN, infinite, negative or no number, is not judged within. The record says
+``judged = "unjudgeable"`` with each figure and why, and the row fails as ours (category
+``harness``: our code lost the figure), never as a pass.
 """
 
 from __future__ import annotations
@@ -18,7 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.drift.figures import COUNTS, JUDGED, describe, judged
+from harness.drift.figures import COUNTS, EXACT, JUDGED, describe, judged, unusable
+
+#: a record's key holding a count figure's total: ``differing`` of ``totals["differing"]``
+TOTALS = "totals"
 
 #: the default factor over the largest measured value: the measured rows repeat their
 #: figures bit for bit run to run on one machine (docs/drift.md), so the slack is for
@@ -73,6 +83,9 @@ class Envelope:
     recorded_only: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.figures:
+            raise EnvelopeError(f"{self.where}: an envelope with no figure judges nothing; "
+                                "measure the row again (npu-regress expectations update)")
         if not 1.0 <= self.tolerance <= MAX_TOLERANCE:
             raise EnvelopeError(f"{self.where}: tolerance {self.tolerance} is outside 1..."
                                 f"{MAX_TOLERANCE}: a wider one would let a tenfold drift pass; "
@@ -81,49 +94,97 @@ class Envelope:
             if name not in JUDGED:
                 raise EnvelopeError(f"{self.where}: figure {name!r} is not one the judge "
                                     f"reads ({', '.join(JUDGED)})")
-            if not 0 <= lo <= hi:
+            if any(unusable(name, v) for v in (lo, hi)) or not lo <= hi:
                 raise EnvelopeError(f"{self.where}: figure {name} = [{lo}, {hi}]: give "
-                                    "[smallest, largest] measured, both >= 0")
+                                    "[smallest, largest] measured, both finite and >= 0")
 
-    def bound(self, name: str) -> float:
+    def bound(self, name: str, total: float | None = None) -> float:
+        """The bound of figure ``name``; ``total``: what a count counts out of tonight (the
+        bound never reaches it while the measured maximum is below it)."""
         lo, hi = self.figures[name]
+        if name in EXACT:
+            return hi
         bound = self.tolerance * hi
         if lo > 0:
             bound = min(bound, GROWTH_CAP * lo * 0.99)
         bound = max(bound, hi)
         if name in COUNTS:
             bound = max(bound, hi + 1)
+            if total is not None and bound >= total > hi + 1:
+                bound = hi + 1
         return bound
 
-    def breaches(self, figures: Mapping[str, Any]) -> list[Breach]:
+    def judged_names(self) -> list[str]:
+        return [n for n in self.figures if n not in self.recorded_only]
+
+    def unjudgeable(self, figures: Mapping[str, Any]) -> dict[str, str]:
+        """The envelope's judged figures that ``figures`` lacks or holds as no size, each
+        with why: never judged within."""
+        found = {}
+        for name in self.judged_names():
+            if name not in figures:
+                found[name] = f"{name} is missing"
+            elif why := unusable(name, figures[name]):
+                found[name] = why
+        return found
+
+    def breaches(self, figures: Mapping[str, Any],
+                 totals: Mapping[str, Any] | None = None) -> list[Breach]:
         """The figures above their bounds (those the envelope holds; others are recorded,
-        not judged)."""
+        not judged). Figures that cannot be judged are ``unjudgeable``'s, not here."""
         found = []
+        totals = totals or {}
         for name, value in judged(figures).items():
-            if name in self.recorded_only:
+            if name in self.recorded_only or name not in self.figures or unusable(name, value):
                 continue
-            if name in self.figures and value > self.bound(name):
+            bound = self.bound(name, _total(totals.get(name)))
+            if value > bound:
                 lo, hi = self.figures[name]
-                found.append(Breach(name, value, lo, hi, self.bound(name)))
+                found.append(Breach(name, value, lo, hi, bound))
         return found
 
     def judge(self, figures: Mapping[str, Any], record: dict[str, Any]) -> list[Breach]:
         """Judge ``figures`` and note it in a drift ``record``: the envelope and bounds
-        judged by, "grew" (and which figures) or "within". Returns the breaches."""
-        record["envelope"] = self.to_record()
-        grew = self.breaches(figures)
-        record["judged"] = "grew" if grew else "within"
+        judged by, and "grew" (which figures), "within", or "unjudgeable": a figure missing or
+        no size (``record["unjudgeable"]``) with none grown, never within (the caller fails
+        the row as ours). A figure that grew is the release's, said with the evidence there
+        is; figures that could not be judged beside it are listed too. Returns the
+        breaches."""
+        totals = figures.get(TOTALS) if isinstance(figures.get(TOTALS), Mapping) else {}
+        record["envelope"] = self.to_record(totals)
+        bad = self.unjudgeable(figures)
+        if bad:
+            record["unjudgeable"] = list(bad.values())
+        grew = self.breaches(figures, totals)
+        record["judged"] = "grew" if grew else "unjudgeable" if bad else "within"
         if grew:
             record["grew"] = [b.figure for b in grew]
         return grew
 
-    def to_record(self) -> dict[str, Any]:
-        """For the results file: the ranges and bounds tonight was judged by."""
+    def to_record(self, totals: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """For the results file: the ranges and bounds tonight was judged by (a count's
+        bound held below its total says so in ``capped``)."""
+        totals = totals or {}
+        bounds = {n: self.bound(n, _total(totals.get(n))) for n in self.judged_names()}
+        capped = {n: f"bound {bounds[n]:g}: the largest measured count plus one, since "
+                     f"{self.tolerance:g}x would reach the total {totals[n]:g}"
+                  for n in bounds if bounds[n] != self.bound(n)}
         return {"runs": self.runs, "measured": self.measured, "tolerance": self.tolerance,
                 "figures": {n: list(r) for n, r in self.figures.items()},
-                "bounds": {n: self.bound(n) for n in self.figures
-                           if n not in self.recorded_only},
+                "bounds": bounds, **({"capped": capped} if capped else {}),
                 **({"recorded_only": list(self.recorded_only)} if self.recorded_only else {})}
+
+
+def _total(value: Any) -> float | None:
+    return float(value) if not unusable("total", value) else None
+
+
+def unjudgeable_sentence(record: Mapping[str, Any], what: str) -> str:
+    """The failure text of a row whose figures could not be judged: ours, naming each."""
+    return (f"harness: {what}: cannot be judged against its envelope, "
+            + "; ".join(record.get("unjudgeable") or ()) + ": the check lost or garbled a "
+            "figure its row judges (a renamed upstream metric, a shape mismatch), so nothing "
+            "is said to be within; a failure of ours, not the release's")
 
 
 def from_data(data: Mapping[str, Any], where: str) -> Envelope:

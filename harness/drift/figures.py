@@ -6,6 +6,7 @@ the measured maximum, since 1 ULP against 2 is rounding, not a regression."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,12 +24,32 @@ JUDGED: dict[str, str] = {
     "rollout_probs_diff_max": "verl's training/rollout_probs_diff_max",
     "rollout_probs_diff_mean": "verl's training/rollout_probs_diff_mean",
     "sizes_differing": "message sizes whose row differs from the row alone",
+    "tokens_changed": "comparisons whose greedy tokens changed (another continuation)",
 }
-COUNTS = frozenset({"differing", "max_ulp", "not_bit_equal", "sizes_differing"})
+COUNTS = frozenset({"differing", "max_ulp", "not_bit_equal", "sizes_differing",
+                    "tokens_changed"})
+#: counts with no slack above the measured maximum: another continuation is the largest
+#: drift a user can see, so a row measured with none fails on the first
+EXACT = frozenset({"tokens_changed"})
+
+
+def unusable(name: str, value: Any) -> str:
+    """Why ``value`` is no size of figure ``name`` ("" when it is one): not a number, NaN,
+    infinite or negative. Such a figure is never judged within, nor adopted."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name} is not a number ({value!r})"
+    if math.isnan(value):
+        return f"{name} is NaN"
+    if math.isinf(value):
+        return f"{name} is infinite"
+    if value < 0:
+        return f"{name} is negative ({value:g})"
+    return ""
 
 
 def judged(figures: Mapping[str, Any]) -> dict[str, float]:
-    """The judged figures of a record, as numbers (others, and non-numbers, left out)."""
+    """The judged figures of a record, as numbers (others, and non-numbers, left out; the
+    judge and the adopter ask ``unusable`` about those first)."""
     out: dict[str, float] = {}
     for name, value in figures.items():
         if name in JUDGED and isinstance(value, (int, float)) and not isinstance(value, bool):

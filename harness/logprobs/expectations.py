@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from harness.drift.envelope import Envelope
+from harness.drift.envelope import TOTALS, Envelope, unjudgeable_sentence
 from harness.drift.figures import describe, judged
 from harness.drift.table import Table, load
 
@@ -145,19 +145,23 @@ def judge_drift(check: str, equal: bool, cases: int, source: str, device_kind: s
     not localised); ``figures``: the size of the difference (``harness.drift.figures``),
     judged against the row's envelope where the row may differ."""
     expect = expectation(check, source, device_kind, dtype, enabled, machine)
-    figures = judged(figures or {})
+    raw = dict(figures or {})
+    figures = judged(raw)
     record: dict[str, Any] = {"table": "logprobs", "key": dict(zip(KEY_FIELDS, expect.key,
                                                                      strict=False)),
                               "row": expect.outcome or "record", "figures": figures}
+    if isinstance(raw.get(TOTALS), Mapping):
+        record[TOTALS] = dict(raw[TOTALS])
     outcome, why = _judge(expect, check, equal, cases, source, device_kind, dtype, outside,
-                          threads, first_op, figures, record)
+                          threads, first_op, raw, record)
     record.setdefault("judged", "none")
     return Judgement(outcome, why, record)
 
 
 def _judge(expect: Expectation, check: str, equal: bool, cases: int, source: str,
            device_kind: str, dtype: str, outside: str, threads: int, first_op: str | None,
-           figures: dict[str, float], record: dict[str, Any]) -> tuple[str, str]:
+           raw: dict[str, Any], record: dict[str, Any]) -> tuple[str, str]:
+    figures = judged(raw)
     if expect.outcome == "not-from":
         return _not_from(expect, check, equal, cases, first_op)
     if expect.outcome == "differ" and threads and threads < expect.threads:
@@ -194,11 +198,17 @@ def _judge(expect: Expectation, check: str, equal: bool, cases: int, source: str
             f"({size}), and no envelope for this row says how much it may "
             f"({expect.measured}){gap}; its figures are recorded, not judged "
             "(npu-regress expectations update RESULTS.jsonl adopts them)")
-    grew = expect.envelope.judge(figures, record)
+    grew = expect.envelope.judge(raw, record)
+    if record["judged"] == "unjudgeable":  # fails closed, as ours
+        return "failed", unjudgeable_sentence(
+            record, f"{check} of {source} {dtype} on {device_kind} (row "
+                    f"{'/'.join(expect.key)})")
     if grew:
+        lost = (f"; not judged: {', '.join(record['unjudgeable'])}"
+                if record.get("unjudgeable") else "")
         return "failed", (f"drift grew: {check} of {source} {dtype} on {device_kind}: "
                           + "; ".join(b.sentence(expect.envelope.measured) for b in grew)
-                          + f" (row {'/'.join(expect.key)}){gap}")
+                          + f" (row {'/'.join(expect.key)}){gap}{lost}")
     within = (f"{size}; bounds " + ", ".join(
         describe(n, expect.envelope.bound(n)) for n in expect.envelope.figures if n in figures))
     if expect.outcome == "gap":

@@ -160,12 +160,14 @@ class InvarianceReport:
         """The op the diagnosis named (None: no comparison failed, or none was found)."""
         return (self.first_divergence or {}).get("op")
 
-    def figures(self) -> dict[str, float]:
+    def figures(self) -> dict[str, Any]:
         """The size of the difference (``harness.drift.figures``): what an envelope judges."""
         return {"differing": len(self.mismatches),
                 "max_ulp": max((m.max_ulp for m in self.mismatches), default=0),
                 "max_abs": max((m.max_abs_diff for m in self.mismatches), default=0.0),
-                "mean_abs": self.abs_total / self.values if self.values else 0.0}
+                "mean_abs": self.abs_total / self.values if self.values else 0.0,
+                # what a count counts out of: its bound never reaches it
+                "totals": {"differing": self.cases}}
 
     def summary(self) -> dict[str, Any]:
         """Compact, JSON-able: for record_property and the nightly report."""

@@ -217,6 +217,14 @@ class Verdicts:
                       "on an unsupported stack: " + "; ".join(pairing.get("problems", [])))
         elif unproven := _unproven(report):
             self._set(report, *unproven)
+        elif lost := [f"{'/'.join(map(str, (r.get('key') or {}).values()))}: "
+                      f"{', '.join(r.get('unjudgeable') or [])}"
+                      for key, records in report.user_properties if key == "drift"
+                      for r in (records or [])
+                      if isinstance(r, dict) and r.get("judged") == "unjudgeable"]:
+            # a figure the judge needs went missing in our code: ours, never a pass
+            self._set(report, "harness", "a judged figure could not be read: "
+                      + "; ".join(lost))
         else:
             grew = [f"{'/'.join(map(str, (r.get('key') or {}).values()))}: "
                     f"{', '.join(r.get('grew') or [])}"

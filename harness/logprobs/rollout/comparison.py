@@ -62,12 +62,15 @@ class Consistency:
     def fraction(self) -> float:
         return self.bit_equal / self.tokens if self.tokens else 0.0
 
-    def figures(self) -> dict[str, float]:
+    def figures(self) -> dict[str, Any]:
         """The size of the mismatch (``harness.drift.figures``): ours, and verl's own."""
         ours = {"not_bit_equal": self.tokens - self.bit_equal, "max_ulp": self.max_ulp,
                 "max_abs": self.max_abs, "mean_abs": self.mean_abs, "kl_max": self.kl_max,
                 "kl_mean": self.kl_mean}
-        return {**ours, **{name: self.verl[name] for name in VERL_JUDGED if name in self.verl}}
+        # verl's figures where its helper gave them: one that did not is missing, and a row
+        # whose envelope judges it fails closed (harness.drift.envelope)
+        return {**ours, **{name: self.verl[name] for name in VERL_JUDGED if name in self.verl},
+                "totals": {"not_bit_equal": self.tokens}}
 
     def summary(self) -> str:
         if self.not_comparable:

@@ -77,18 +77,26 @@ class ServingReport:
             self.max_abs = max(self.max_abs, found[1])
         return found
 
-    def figures(self) -> dict[str, float]:
-        """The size of the difference (``harness.drift.figures``)."""
+    def figures(self) -> dict[str, Any]:
+        """The size of the difference (``harness.drift.figures``): changed greedy tokens are
+        a figure of their own (``tokens_changed``; the first step where they changed is
+        ``first_changed_step``, recorded), never a ULP of -1 read as "within". ``totals``:
+        what each count counts out of."""
+        flips = [m for m in self.mismatches if m[2] < 0]
+        sized = [m[2] for m in self.mismatches if m[2] >= 0]
         return {"differing": len(self.mismatches),
-                "max_ulp": max((m[2] for m in self.mismatches), default=0),
+                "max_ulp": max(sized, default=0),
                 "max_abs": self.max_abs,
-                "mean_abs": self.abs_total / self.values if self.values else 0.0}
+                "mean_abs": self.abs_total / self.values if self.values else 0.0,
+                "tokens_changed": len(flips),
+                **({"first_changed_step": min(m[1] for m in flips)} if flips else {}),
+                "totals": {"differing": self.cases, "tokens_changed": self.cases}}
 
     def summary(self) -> dict[str, Any]:
         return {"figures": self.figures(), "property": self.prop, "source": self.source,
                 "cases": self.cases,
                 "differ": len(self.mismatches),
-                "max_ulp": max((m[2] for m in self.mismatches), default=0),
+                "max_ulp": max((m[2] for m in self.mismatches if m[2] >= 0), default=0),
                 "condition": self.condition, "vacuous": self.vacuous, "wrong": self.wrong,
                 "first_divergent_op": self.first_divergent_op}
 
