@@ -31,7 +31,11 @@ VLLM_CASE = ("suites/test_logprob_batch_invariance.py::test_logprob_batch_invari
 
 def _results(path: Path, test_id: str, reason: str, manifest: dict[str, str],
              outcome: str = "xfailed") -> Path:
-    header = {"type": "header", "schema": 2, "manifest": manifest, "runner": "test"}
+    # each manifest entry as the plugin writes it (harness.plugin.stack_manifest): an object
+    # with its version and where it was read, never a bare string (issue 67)
+    header = {"type": "header", "schema": 2, "runner": "test",
+              "manifest": {name: {"version": version, "source": f"package metadata of {name}"}
+                           for name, version in manifest.items()}}
     test = {"type": "test", "id": test_id, "outcome": outcome, "category": "known-finding",
             "verdict": {"category": "known-finding", "reason": reason}}
     path.write_text(json.dumps(header) + "\n" + json.dumps(test) + "\n")
@@ -289,7 +293,23 @@ def test_every_npu_recipe_reaches_the_device_boundary(finding: str, tmp_path: Pa
     done = reproduce(case, results, tmp_path / "out", python=sys.executable)
     assert done["runs"] == [{"args": [], "exit": NEEDS_NPU}] and done["needs_npu"], done
     assert "harness" not in _imports((tmp_path / "out" / "repro.py").read_text())
-    assert "exited 77 (needs an NPU (none here))" in (tmp_path / "out" / "ISSUE.md").read_text()
+    # issue 67: 77 is no verdict: written, never "verified"
+    assert done["status"] == "written, not verified here (needs an NPU)", done
+    issue = (tmp_path / "out" / "ISSUE.md").read_text()
+    assert "Reproducer: written, not verified here (needs an NPU): `python repro.py` " \
+        "exited 77 (needs an NPU (none here))" in issue, issue
+    # a torch_npu that is installed but fails to import is the environment's error (2),
+    # never "needs an NPU"
+    broken = tmp_path / "broken"
+    (broken / "torch_npu").mkdir(parents=True)
+    (broken / "torch_npu" / "__init__.py").write_text(
+        "raise ImportError('libascendcl.so: cannot open shared object file')\n")
+    proc = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / "out",
+                          env={**os.environ, "PYTHONPATH": str(broken)}, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "the environment's error: torch_npu is installed but it (or torch) fails to import: " \
+        "ImportError: libascendcl.so" in proc.stdout, proc.stdout
     # the release as the verdict names it, first among the requirements
     requirements = (tmp_path / "out" / "requirements.txt").read_text().splitlines()
     assert requirements[0] == f"{entry.distribution}=={release}", requirements

@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.report.history_folder import latest_night
 from harness.report.load import RunResults, load_any
 from harness.report.manifest_diff import differences
-from harness.stack.installed import distribution
+from harness.stack.installed import distribution, entry_version
 from harness.stack.sources import SOURCE_PACKAGES
 
 #: manifest entries a bisect cannot put at another version here, and why
@@ -106,11 +106,6 @@ def _load(path: Path, which: str) -> RunResults:
     return run
 
 
-def _value(entry: object) -> str | None:
-    version = entry.get("version") if isinstance(entry, dict) else None
-    return None if version is None else str(version)
-
-
 def new_failures(good: RunResults, bad: RunResults) -> list[str]:
     """Failing tonight, run and not failing (nor skipped) on the good night."""
     return sorted(test_id for test_id, result in bad.tests.items()
@@ -141,7 +136,8 @@ def read(good_path: Path | None, bad_path: Path, tests: list[str] | None = None,
                 "--any-runner if they are the same machine under two names")
         notes.append(f"runners differ: {good.runner} (good), {bad.runner} (tonight)")
     then, now = good.header["manifest"], bad.header["manifest"]
-    changes = [Change(d["name"], _value(then.get(d["name"])), _value(now.get(d["name"])))
+    changes = [Change(d["name"], entry_version(then.get(d["name"])),
+                      entry_version(now.get(d["name"])))
                for d in differences(then, now)]
     # a revision-only change (same version, another commit) reads the same here
     changes = [c for c in changes if c.good != c.bad or c.key in NOT_REVERTIBLE]

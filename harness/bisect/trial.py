@@ -34,7 +34,7 @@ from harness.bisect.signature import DIFFERENT, PARTLY, SAME, Signature
 from harness.isolation.failure_text import failure_lines
 from harness.isolation.reaper import descendants, end_session
 from harness.report.load import RunResults, TestResult, load_any
-from harness.stack.installed import manifest_key
+from harness.stack.installed import entry_version, manifest_key
 
 #: categories that say a failure is ours (the harness, the stand-in), never a release's
 OURS = ("harness", "stand-in-limit")
@@ -258,9 +258,9 @@ class Runner:
         manifest = run.header.get("manifest") or {}
         for dist, version in assignment.items():
             entry = manifest.get(manifest_key(dist))
-            seen = entry.get("version") if isinstance(entry, dict) else None
+            seen = entry_version(entry)
             if not version.startswith(COMMIT_PREFIX) and seen is not None \
-                    and str(seen) != version:
+                    and seen != version:
                 return (f"the overlay did not take: the run read {dist} {seen}, the "
                         f"candidate is {version}")
         return None

@@ -56,8 +56,11 @@ def attach(comp: Comparison, reproducers: list[tuple[Path, dict[str, Any]]],
         for name in FILES:
             shutil.copyfile(folder / name, dest / name)
         where = f"repro/{data['finding']}"
+        # a script that exited 77 never reached its device: its own words, never "verified"
+        said = data["verified"] if str(data["verified"]).startswith("written, not verified") \
+            else f"verified: {data['verified']}"
         text = (f"{where}/repro.py (imports only the upstream stack), {where}/ISSUE.md, "
-                f"{where}/requirements.txt; verified: {data['verified']}")[:600]
+                f"{where}/requirements.txt; {said}")[:600]
         for cell in cells:
             cell.repro = text
             cell.repro_links = tuple((name, f"{where}/{name}") for name in FILES)

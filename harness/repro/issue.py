@@ -46,5 +46,6 @@ def issue_body(finding: Finding, recipe: Recipe, *, test_id: str, manifest: Mapp
         "## How this was found", "",
         f"npu-regress's `{test_id}`; the finding's evidence: {finding.evidence}", "",
         *([f"What the check printed: {evidence}", ""] if evidence else []),
-        f"Reproducer verified: {verified}", ""]
+        (f"Reproducer: {verified}" if verified.startswith("written, not verified") else
+         f"Reproducer verified: {verified}"), ""]
     return "\n".join(lines)

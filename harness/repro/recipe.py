@@ -8,16 +8,22 @@ from dataclasses import dataclass, field
 
 #: the last lines of every script: its exit status is its verdict
 ENTRY = '\n\nif __name__ == "__main__":\n    sys.exit(main())\n'
-#: the device boundary of a script that needs an NPU: torch and torch_npu import and an NPU
-#: is there, or it exits 77 ("needs an NPU"), never 0 or 1
-NPU_BOUNDARY = """    try:
-        import torch
-        import torch_npu
-    except Exception as exc:  # no torch_npu, or no CANN to load it
-        print(f"needs an NPU: torch_npu cannot be imported ({exc})")
+#: the device boundary of a script that needs an NPU: 77 ("needs an NPU") only where no NPU
+#: is there (torch_npu not installed, or no device); a torch_npu that is installed but fails
+#: to import is the environment's error, said as such (2), never "needs an NPU"; never 0 or 1
+NPU_BOUNDARY = """    import importlib.util
+    if importlib.util.find_spec("torch_npu") is None:
+        print("needs an NPU: torch_npu is not installed here")
         return 77
+    try:
+        import torch
+        import torch_npu  # noqa: F401
+    except Exception as exc:  # installed, and broken: CANN, the driver, a mismatched torch
+        print("the environment's error: torch_npu is installed but it (or torch) fails to "
+              f"import: {type(exc).__name__}: {exc}")
+        return 2
     if not torch.npu.is_available():
-        print("needs an NPU: torch.npu.is_available() is False")
+        print("needs an NPU: torch_npu imports, and torch.npu.is_available() is False")
         return 77
 """
 

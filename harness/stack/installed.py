@@ -136,6 +136,14 @@ def manifest_key(distribution: str) -> str:
                 distribution)
 
 
+def entry_version(entry: object) -> str | None:
+    """A stack manifest entry's version as the results file holds it: an object with
+    ``version`` (and ``source``: where it was read); None where it says not installed or is
+    no entry. Every reader of a manifest outside the report uses this one."""
+    version = entry.get("version") if isinstance(entry, dict) else None
+    return None if version is None else str(version)
+
+
 def distribution(key: str) -> str:
     """The distribution a manifest entry names."""
     return MANIFEST_DISTRIBUTIONS.get(key, key)
