@@ -316,17 +316,23 @@ def test_grown(record_property):
 '''
 
 
+def _one_failed_line(pytester: pytest.Pytester, source: str) -> dict:
+    """Run ``source`` as a test file through pytest and the plugin: its one failed test's
+    line of the results file."""
+    pytester.makepyfile(test_d=source)
+    results = pytester.path / "results.jsonl"
+    run = pytester.runpytest_subprocess(f"--harness-results={results}")
+    run.assert_outcomes(failed=1)
+    return next(json.loads(x) for x in results.read_text().splitlines()
+                if json.loads(x)["type"] == "test")
+
+
 def test_a_drift_that_grew_is_filed_as_drift_grew_with_its_record(
         pytester: pytest.Pytester) -> None:
     """Through pytest and the plugin: the failure's category is "drift-grew" where a drift
     record says the drift grew, and the results line carries the record (figures, envelope,
     how judged) for the report's trends and for expectations update."""
-    pytester.makepyfile(test_d=DRIFT_TEST)
-    results = pytester.path / "results.jsonl"
-    run = pytester.runpytest_subprocess(f"--harness-results={results}")
-    run.assert_outcomes(failed=1)
-    line = next(json.loads(x) for x in results.read_text().splitlines()
-                if json.loads(x)["type"] == "test")
+    line = _one_failed_line(pytester, DRIFT_TEST)
     record = line["drift"][0]
     assert record["key"]["source"] == "training-right" and record["figures"]["max_ulp"] == 5000
     assert record["judged"] == "grew" and record["envelope"]["runs"] >= 5, record
@@ -355,12 +361,7 @@ def test_a_lost_figure_is_filed_as_ours_through_pytest(pytester: pytest.Pytester
     """Issue 66, through pytest and the plugin: the category comes from the check's drift
     record (judged "unjudgeable"), "harness", naming the figure; never "drift grew", never
     a pass."""
-    pytester.makepyfile(test_l=LOST_TEST)
-    results = pytester.path / "results.jsonl"
-    run = pytester.runpytest_subprocess(f"--harness-results={results}")
-    run.assert_outcomes(failed=1)
-    line = next(json.loads(x) for x in results.read_text().splitlines()
-                if json.loads(x)["type"] == "test")
+    line = _one_failed_line(pytester, LOST_TEST)
     assert line["drift"][0]["judged"] == "unjudgeable", line["drift"]
     assert line["category"] == "harness", line
     assert line["verdict"]["reason"].startswith(
