@@ -296,8 +296,11 @@ def test_every_npu_recipe_reaches_the_device_boundary(finding: str, tmp_path: Pa
     # issue 67: 77 is no verdict: written, never "verified"
     assert done["status"] == "written, not verified here (needs an NPU)", done
     issue = (tmp_path / "out" / "ISSUE.md").read_text()
-    assert "Reproducer: written, not verified here (needs an NPU): `python repro.py` " \
-        "exited 77 (needs an NPU (none here))" in issue, issue
+    assert "Reproducer: written, not verified here (needs an NPU): the case's inputs: " \
+        "`python repro.py` exited 77 (needs an NPU (none here))" in issue, issue
+    # the manifest's entries as versions, each with where it was read, the release once
+    assert "- torch: 2.13.0+cpu (read from package metadata of torch)" in issue, issue
+    assert issue.count(f"- {entry.distribution}: {release}") == 1, issue
     # a torch_npu that is installed but fails to import is the environment's error (2),
     # never "needs an NPU"
     broken = tmp_path / "broken"

@@ -9,6 +9,7 @@ from typing import Any
 
 from harness.repro import EXIT_MEANING
 from harness.repro.recipe import Recipe
+from harness.stack.installed import distribution, entry_version
 from harness.stack.ledger import Finding
 
 #: the manifest entries that say what the machine is, in this order
@@ -21,9 +22,14 @@ def issue_body(finding: Finding, recipe: Recipe, *, test_id: str, manifest: Mapp
     """``ISSUE.md``: ``verified`` says how the script was run and what it exited with;
     ``release`` the finding's distribution version; ``shrunk`` what was made smaller."""
     env = [f"- {finding.distribution}: {release}"] if release else []
-    env += [f"- {k}: {manifest[k]}" for k in ENVIRONMENT if manifest.get(k) not in (None, "")]
-    env += [f"- {k}: {v}" for k, v in sorted(manifest.items())
-            if k not in ENVIRONMENT and v not in (None, "", "absent")]
+    # each entry {"version", "source"} as the results file holds it (issue 67: it was shown
+    # as the object); one not installed is left out
+    shown = {k: f"{v} (read from {e['source']})" if isinstance(e, dict) and e.get("source")
+             and e["source"] != "-" else v
+             for k, e in manifest.items() if (v := entry_version(e)) not in (None, "", "absent")
+             and not (release and distribution(k) == finding.distribution)}
+    env += [f"- {k}: {shown[k]}" for k in ENVIRONMENT if k in shown]
+    env += [f"- {k}: {v}" for k, v in sorted(shown.items()) if k not in ENVIRONMENT]
     sizes = ", ".join(f"{k} {v}" for k, v in params.items()) or "nothing to shrink"
     if shrunk:
         sizes += f"; shrunk from the case's while it still failed: {', '.join(shrunk)}"
