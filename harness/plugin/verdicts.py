@@ -217,25 +217,27 @@ class Verdicts:
                       "on an unsupported stack: " + "; ".join(pairing.get("problems", [])))
         elif unproven := _unproven(report):
             self._set(report, *unproven)
-        elif lost := [f"{'/'.join(map(str, (r.get('key') or {}).values()))}: "
-                      f"{', '.join(r.get('unjudgeable') or [])}"
-                      for key, records in report.user_properties if key == "drift"
-                      for r in (records or [])
-                      if isinstance(r, dict) and r.get("judged") == "unjudgeable"]:
+        elif lost := _drift_records(report, "unjudgeable", "unjudgeable"):
             # a figure the judge needs went missing in our code: ours, never a pass
             self._set(report, "harness", "a judged figure could not be read: "
                       + "; ".join(lost))
         else:
-            grew = [f"{'/'.join(map(str, (r.get('key') or {}).values()))}: "
-                    f"{', '.join(r.get('grew') or [])}"
-                    for key, records in report.user_properties if key == "drift"
-                    for r in (records or []) if isinstance(r, dict) and r.get("judged") == "grew"]
+            grew = _drift_records(report, "grew", "grew")
             if grew:  # a release finding whose evidence is a size: apart on the cards
                 self._set(report, "drift-grew", "drift grew: " + "; ".join(grew))
 
     @staticmethod
     def _set(report: pytest.TestReport, category: str, reason: str) -> None:
         report.user_properties.append(("verdict", {"category": category, "reason": reason}))
+
+
+def _drift_records(report: pytest.TestReport, judged: str, field: str) -> list[str]:
+    """``row key: figures`` for each of the check's drift records judged ``judged``, its
+    figures read from the record's ``field``."""
+    return [f"{'/'.join(map(str, (r.get('key') or {}).values()))}: "
+            f"{', '.join(r.get(field) or [])}"
+            for key, records in report.user_properties if key == "drift"
+            for r in (records or []) if isinstance(r, dict) and r.get("judged") == judged]
 
 
 def _unproven(report: pytest.TestReport) -> tuple[str, str] | None:
