@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from harness.bisect import endpoints as ends
 from harness.bisect import index
 from harness.bisect.card import card, summary
-from harness.bisect.driver import RUNS, Bisect, BudgetSpent
+from harness.bisect.driver import CONFIDENCE, RUNS, Bisect, BudgetSpent
 from harness.bisect.endpoints import COMMIT_PREFIX
 from harness.bisect.git import resolve
 from harness.bisect.groups import Group, by_signature
@@ -42,6 +42,17 @@ def _runs(text: str) -> int:
     if runs < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of runs, 1 or more")
     return runs
+
+
+def _confidence(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a chance between 0 and 1 (e.g. "
+                                         f"{CONFIDENCE})")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=_runs, default=RUNS, metavar="N",
                    help=f"runs of every probe, the two nights' reruns included (default "
                         f"{RUNS}): a probe whose runs disagree is flaky, never good or bad")
+    p.add_argument("--confidence", type=_confidence, default=CONFIDENCE, metavar="P",
+                   help=f"before a first bad release is named, the candidates on both sides "
+                        f"of it are rerun until a run disagrees (flaky) or a candidate that "
+                        f"ends the other way in half of its runs would have shown it with "
+                        f"this chance (default {CONFIDENCE}: 5 runs)")
     p.add_argument("--pip-option", action="append", default=[], metavar="OPT",
                    help="passed to pip for lookups and installs (e.g. --index-url=URL)")
     p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
@@ -134,7 +150,10 @@ def run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     inputs = {"good": _digest(args.good), "bad": _digest(args.bad),
               "tests": endpoints.tests, "pytest_args": args.pytest_arg,
               "pip_options": args.pip_option, "sources": sorted(args.source),
-              "revisions": args.revisions, "runs": args.runs}
+              "revisions": args.revisions, "runs": args.runs,
+              "confidence": args.confidence,
+              # how failures are told apart (3: words decide, figures within FACTOR)
+              "signature_rules": 3}
     folder = args.state or Path(".npu-regress-bisect") / (
         f"{endpoints.bad.runner or 'runner'}-"
         + hashlib.sha256(json.dumps(inputs).encode()).hexdigest()[:10])
@@ -150,12 +169,14 @@ def run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                            {**inputs, "tests": one.tests}, fresh=args.fresh)
         runner = Runner(one.tests, args.rootdir.resolve(), overlays, installed,
                         args.trial_timeout, tuple(args.pytest_arg), python)
-        bisect = Bisect(one, runner, state, args.budget, started, args.runs)
+        bisect = Bisect(one, runner, state, args.budget, started, args.runs,
+                        confidence=args.confidence)
         outcomes.append(_group(bisect, group, sources, tuple(args.pip_option)))
     outcome: dict[str, Any] = {
         "runner": endpoints.bad.runner, "good": str(args.good), "bad": str(args.bad),
         "good_date": endpoints.good.date, "bad_date": endpoints.bad.date,
         "tests": endpoints.tests, "notes": endpoints.notes, "runs": args.runs,
+        "confidence": args.confidence,
         "changes": [{"package": c.distribution, "good": c.good, "bad": c.bad,
                      "not_revertible": c.not_revertible} for c in endpoints.changes],
         "state": str(folder),
@@ -223,6 +244,7 @@ def _search(bisect: Bisect, sources: dict[str, tuple[Path, str, str]],
             outcome.update(status="not-found", why="the failure needs tonight's versions of "
                            f"{' and '.join(outcome['culprits'])} together (each alone is not "
                            "enough): no single release to name")
+            outcome["together"] = True
         return
     [unit] = units
     if len(unit) > 1:
@@ -231,22 +253,30 @@ def _search(bisect: Bisect, sources: dict[str, tuple[Path, str, str]],
     versions = bisect.versions(culprit, sources, pip_options)
     found = bisect.release(unit, versions)
     outcome["search"] = found
+    outcome["confirmed"] = found["confirmed"]
+    name = culprit.distribution
+    other = (f"; the releases before it fail another way since {found['other_since']}"
+             f" ({found['other_why']})" if found["other_since"] else "")
     if not found["found"]:
-        unjudged = ", ".join(f"{v} ({found['tried'][v]})" for v in found["unresolved"])
+        unjudged = "; ".join(f"{v} ({found['why'][v]})" for v in found["unresolved"])
+        candidates = [v for v in [*found["unresolved"], found["first_bad"]] if v]
+        before = found["before"]
+        after = (f", after {before} "
+                 + ("failing another way" if found["other_since"] else "good")
+                 if before and before not in found["unresolved"] else "")
         outcome.update(status="not-found", why=(
-            f"{culprit.distribution}: the first bad is one of "
-            f"{', '.join(found['unresolved'] + [found['first_bad']])} (could not be judged: "
-            f"{unjudged}), after {found['last_good']} "
-            + ("failing another way" if found["last_good_other"] else "good")))
+            f"{name}: the first bad for tonight's failure is one of {', '.join(candidates)} "
+            f"(could not be judged: {unjudged}){after}{other}"))
         return
-    last = (f"{found['last_good']} fails another way ({found['last_good_other']})"
-            if found["last_good_other"] else f"{found['last_good']} ends as on the good night")
+    last = (f"{found['last_good']} ends as on the good night" if found["last_good"]
+            else "no release ended as on the good night")
     outcome.update(status="found",
-                   first_bad={"package": culprit.distribution, "version": found["first_bad"]},
-                   last_good={"package": culprit.distribution, "version": found["last_good"]},
-                   last_good_other=found["last_good_other"],
-                   why=f"{culprit.distribution} {found['first_bad']} is the first release "
-                       f"whose tests end as tonight ({last})")
+                   first_bad={"package": name, "version": found["first_bad"]},
+                   last_good={"package": name, "version": found["before"]},
+                   last_good_other=found["other_why"],
+                   other_since=found["other_since"],
+                   why=f"{name} {found['first_bad']} is the first release whose tests end as "
+                       f"tonight ({last}{other}); confirmed: {', '.join(found['confirmed'])}")
 
 
 def _digest(path: Path) -> str:

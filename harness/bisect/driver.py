@@ -13,7 +13,7 @@ from harness.bisect import endpoints as ends
 from harness.bisect import index
 from harness.bisect.endpoints import COMMIT_PREFIX
 from harness.bisect.git import commits
-from harness.bisect.search import BAD, FLAKY, GOOD, OTHER, SKIP, ddmin, first_bad
+from harness.bisect.search import BAD, FLAKY, GOOD, OTHER, SKIP, ddmin, first_bad, runs_for
 from harness.bisect.signature import SAME
 from harness.bisect.state import State, key
 from harness.bisect.trial import Attempt, Ending, Reference, Runner, Trial, judge
@@ -24,6 +24,12 @@ PAIRS = {release: str(row.get("vllm", "")) for release, row in
          pairing_table().get("vllm_ascend", {}).items()}
 #: a probe's runs by default: one observation never decides
 RUNS = 2
+#: the chance a boundary must reach before it is named (``--confidence``): that a candidate
+#: ending the other way in at least half of its runs agreed in every confirmation run is
+#: under 1 - CONFIDENCE
+CONFIDENCE = 0.95
+#: what a verdict is called where a confirmation says it
+_SAID = {GOOD: "good", BAD: "ends as tonight", OTHER: "fails another way"}
 
 
 class BudgetSpent(Exception):
@@ -39,6 +45,7 @@ class Bisect:
     started: float = field(default_factory=time.monotonic)
     runs: int = RUNS
     reference: Reference | None = None
+    confidence: float = CONFIDENCE
     #: every trial of this bisect, in order (resumed ones included), with its role
     log: list[dict[str, Any]] = field(default_factory=list)
 
@@ -89,6 +96,44 @@ class Bisect:
 
     def verdict(self, assignment: dict[str, str], role: str) -> str:
         return self._trial(assignment, role).verdict
+
+    def confirm(self, assignment: dict[str, str], role: str) -> str | None:
+        """Rerun a boundary candidate until a run disagrees (FLAKY, with its rate) or
+        ``runs_for(confidence)`` runs agree; a night's own rerun (a reference) is judged
+        like any candidate first. None when it was confirmed before (nothing run), else
+        what was done ("3.0 good in 5 of 5 runs")."""
+        need = runs_for(self.confidence)
+        k = key(assignment)
+        trial = self.state.trials.get(k) or self._trial(assignment, role + " (confirm)")
+        runs = list(trial.runs)
+        for run in runs:
+            if run.verdict == "reference" and self.reference is not None:
+                run.verdict, run.why = judge(run.tests, self.reference)
+        if not runs or trial.verdict == SKIP:
+            return None
+        ran = 0
+        while len(runs) < need and len({r.verdict for r in runs}) == 1 \
+                and runs[0].verdict != SKIP:
+            self._spent()
+            attempt = self.runner.run(assignment)
+            if attempt.verdict != SKIP:
+                attempt.verdict, attempt.why = judge(attempt.tests, self.reference)
+            runs.append(attempt)
+            ran += 1
+        confirmed = Trial.of(assignment, runs)
+        self.state.trials[k] = confirmed
+        self.state.save()
+        if ran:
+            print(f"npu-regress bisect: {role} (confirm): "
+                  f"{', '.join(f'{d} {v}' for d, v in sorted(assignment.items()))}: "
+                  f"{confirmed_text(confirmed)} ({ran} more run{'s' * (ran != 1)})",
+                  flush=True)
+        self.log.append({"role": role + " (confirm)", "assignment": confirmed.assignment,
+                         "verdict": confirmed.verdict, "why": confirmed.why,
+                         "runs": [r.verdict for r in confirmed.runs],
+                         "seconds": round(sum(r.seconds for r in runs[-ran:]) if ran else 0,
+                                          1)})
+        return confirmed_text(confirmed) if ran or len(runs) >= need else None
 
     # -- the steps ----------------------------------------------------------------------
     def references(self) -> str | None:
@@ -175,22 +220,65 @@ class Bisect:
                                   "pairing in its matrix (harness/stack/pairings.toml)")
             return self.verdict(at(i), role)
 
-        found = first_bad(len(versions), probe)
-        last = self.state.trials.get(key(at(found.last_good)))
-        return {"versions": versions, "last_good": versions[found.last_good],
-                "first_bad": versions[found.first_bad],
-                # the last one before the change failed in another way: said, not "good"
-                "last_good_other": last.why if last is not None and last.verdict == OTHER
+        def verdict_at(i: int) -> str:
+            trial = self.state.trials.get(key(at(i)))
+            return {"reference": (GOOD, BAD)[i > 0]}.get(trial.verdict, trial.verdict) \
+                if trial is not None else (GOOD, BAD)[i > 0]
+
+        confirmed: dict[str, str] = {}
+        last = len(versions) - 1
+        while True:  # each pass confirms the boundary, or finds a side of it flaky
+            found = first_bad(len(versions), probe, (verdict_at(0), verdict_at(last)))
+            if not found.found:
+                break
+            todo = [i for i in (found.before, found.first_bad)
+                    if versions[i] not in confirmed]
+            if not todo:
+                break
+            for i in todo:
+                said = self.confirm(at(i), f"which release of {change.distribution}") \
+                    or confirmed_text(self.state.trials[key(at(i))])
+                confirmed[versions[i]] = f"{versions[i]} {said}"
+            if any(verdict_at(i) not in (GOOD, OTHER, BAD) for i in todo) or any(
+                    verdict_at(i) != found.verdicts[i] for i in todo):
+                continue  # a side turned out flaky (or another verdict): search again
+            break
+
+        def why(i: int | None) -> str | None:
+            trial = self.state.trials.get(key(at(i))) if i is not None else None
+            return trial.why if trial is not None else None
+
+        before = found.before
+        other = found.other_since
+        return {"versions": versions, "last_good": versions[found.last_good]
+                if found.last_good >= 0 else None,
+                "first_bad": versions[found.first_bad] if found.first_bad < len(versions)
                 else None,
+                "before": versions[before] if before >= 0 else None,
+                # the releases before it that failed another way: said, never "good"
+                "other_since": versions[other] if other is not None else None,
+                "other_until": versions[before] if other is not None else None,
+                "other_why": why(before) if other is not None else None,
+                "other_unresolved": [versions[i] for i in found.other_unresolved],
                 "unresolved": [versions[i] for i in found.unresolved],
                 "tried": {versions[i]: v for i, v in found.verdicts.items()
                           if 0 < i < len(versions) - 1},
+                "confirmed": [confirmed[v] for v in versions if v in confirmed],
+                "why": {versions[i]: w for i in found.verdicts if (w := why(i))},
                 "found": found.found}
 
     def flaky(self) -> list[str]:
         """Every probe whose runs disagreed, with its rate."""
         return [f"{', '.join(f'{d} {v}' for d, v in sorted(t.assignment.items()))}: {t.why}"
                 for t in self.state.trials.values() if t.verdict == FLAKY]
+
+
+def confirmed_text(trial: Trial) -> str:
+    """A boundary candidate's runs, said: "good in 5 of 5 runs", or its flaky rate."""
+    runs = len(trial.runs)
+    if trial.verdict in _SAID:
+        return f"{_SAID[trial.verdict]} in {runs} of {runs} runs"
+    return trial.why
 
 
 def _reproduces(which: str, night: Any, trial: Trial, tests: list[str]) -> str | None:

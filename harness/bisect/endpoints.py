@@ -142,6 +142,15 @@ def read(good_path: Path | None, bad_path: Path, tests: list[str] | None = None,
     # a revision-only change (same version, another commit) reads the same here
     changes = [c for c in changes if c.good != c.bad or c.key in NOT_REVERTIBLE]
     chosen = list(tests) if tests else new_failures(good, bad)
+    for test in tests or []:
+        then_end, now_end = good.tests.get(test), bad.tests.get(test)
+        if then_end is not None and now_end is not None and not then_end.failing \
+                and then_end.outcome == now_end.outcome:
+            raise BisectInputError(
+                f"nothing to bisect: --test {test} {then_end.outcome} on the good night "
+                f"({good_path}) and {now_end.outcome} tonight ({bad_path}); a bisect looks "
+                "for the release where a test's end changed: name a test that ends "
+                "otherwise tonight")
     if not chosen:
         raise NothingToBisect(
             f"no test to bisect: {bad_path} has no new failure against {good_path} (failing "

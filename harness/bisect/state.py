@@ -15,8 +15,10 @@ from harness.bisect.trial import Trial
 from harness.report.atomic import write_whole
 
 STATE_FILE = "state.json"
-#: bisect.json's layout version (2: one outcome per failure group, in ``groups``)
-SCHEMA = 2
+#: bisect.json's layout version (2: one outcome per failure group, in ``groups``; 3: a
+#: group's boundary confirmation runs in ``confirmed``, the releases that fail another way in
+#: ``other_since`` and the search's ``other_*``, a signature's ``statement``)
+SCHEMA = 3
 
 
 def key(assignment: dict[str, str]) -> str:

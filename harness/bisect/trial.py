@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,7 +57,8 @@ class Ending:
     outcome: str  # an outcome of the results schema, or "missing"
     category: str = ""
     lines: list[str] = field(default_factory=list)
-    #: a drift that grew: the figures that left their envelope, with their values
+    #: a drift that grew: the figures that left their envelope, each with how far over its
+    #: bound it went (value / bound; the value where the bound is 0)
     grew: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -76,9 +78,10 @@ class Ending:
         if result.outcome not in FAILING:
             return cls(result.outcome, result.category or "")
         lines = list(result.problems) or failure_lines(result.longrepr)
-        grew = {name: value for name, value in (result.figures or {}).items()
-                if result.judged == "grew" and name in (result.bounds or {})
-                and value > (result.bounds or {})[name]}
+        bounds = result.bounds or {}
+        grew = {name: value / bounds[name] if bounds[name] > 0 else value
+                for name, value in (result.figures or {}).items()
+                if result.judged == "grew" and name in bounds and value > bounds[name]}
         return cls(result.outcome, result.category or "", lines, grew)
 
 
@@ -209,9 +212,9 @@ class Runner:
                 output = out.read()
             seconds = time.monotonic() - start
             if proc.returncode in PYTEST_TROUBLE or not results.is_file():
-                tail = " / ".join(output.strip().splitlines()[-3:])
+                said = first_error(output) or " / ".join(output.strip().splitlines()[-3:])
                 what = PYTEST_TROUBLE.get(proc.returncode, f"exit {proc.returncode}")
-                return Attempt(SKIP, f"pytest: {what}: {tail}", seconds=seconds,
+                return Attempt(SKIP, f"pytest: {what}: {said}", seconds=seconds,
                                exitstatus=proc.returncode)
             run = load_any(results)
             wrong = self._overlay_not_taken(run, assignment)
@@ -266,6 +269,26 @@ class Runner:
         return None
 
 
+#: an exception's own line in pytest's output ("E   SyntaxError: invalid syntax", a
+#: traceback's last line), and a traceback's "File ..., line N"
+_ERROR_LINE = re.compile(r"^(?:E\s+)?((?:\w+\.)*\w+(?:Error|Exception|Exit|Warning)\b:?.*)$")
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def first_error(output: str) -> str | None:
+    """The first exception pytest's output reports, with the file and line it names
+    (``SyntaxError: invalid syntax (toypkg/__init__.py:7)``), or None."""
+    lines = output.splitlines()
+    for n, line in enumerate(lines):
+        match = _ERROR_LINE.match(line.strip())
+        if not match or line.lstrip().startswith(("ERROR ", "FAILED ")):
+            continue
+        where = next((f"{m.group(1)}:{m.group(2)}" for prev in reversed(lines[max(0, n - 15):n])
+                      if (m := _FILE_LINE.search(prev))), None)
+        return match.group(1).strip()[:300] + (f" ({where})" if where else "")
+    return None
+
+
 def _top_level(folder: Path, distribution: str) -> list[str]:
     """The importable top-level names of ``distribution`` in its overlay folder: its own
     package where it has one named after it (a wheel's stray ``tests`` package aside, which
@@ -308,14 +331,18 @@ def _as(end: Ending, ref: Ending) -> str:
 
 def judge(ends: dict[str, Ending], reference: Reference) -> tuple[str, str]:
     """A trial's verdict and why, against the two nights' reruns: BAD when a test ends as
-    tonight, GOOD when every test ends as on the good night, OTHER when the rest fail in a
-    way that partly agrees with tonight's, else a SKIP naming how."""
+    tonight (the same failure, whatever its size: another size is said), GOOD when every
+    test ends as on the good night, OTHER when the rest fail in a way that partly agrees
+    with tonight's, else a SKIP naming how (a failure with nothing in common with tonight's,
+    a test that did not run)."""
     bad_like, partly, other = [], [], []
     for test_id, end in ends.items():
         tonight = reference.bad[test_id]
         as_tonight = _as(end, tonight)
         if as_tonight == SAME:
-            bad_like.append(test_id)
+            size = tonight.signature.other_size(end.signature) if tonight.failing else ""
+            bad_like.append(test_id + (f" (the same failure, another size: {size})"
+                                       if size else ""))
         elif _as(end, reference.good[test_id]) == SAME:
             continue
         elif as_tonight == PARTLY:
@@ -328,7 +355,9 @@ def judge(ends: dict[str, Ending], reference: Reference) -> tuple[str, str]:
     if bad_like:
         return BAD, f"ends as tonight: {', '.join(bad_like)}"
     if other:
-        return SKIP, "ends neither way: " + "; ".join(other)
+        ran = all(e.failing for e in ends.values() if e.outcome not in ("passed",))
+        return SKIP, ("fails another way, nothing in common with tonight's: " if ran
+                      else "ends neither way: ") + "; ".join(other)
     if partly:
         return OTHER, "fails another way, which partly agrees with tonight's: " \
             + "; ".join(partly)

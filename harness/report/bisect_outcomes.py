@@ -13,7 +13,7 @@ from harness.report.compare import Comparison
 from harness.report.load import Problems, read_json
 
 #: the bisect.json layouts this reader knows (2: one outcome per failure group)
-SCHEMAS = (1, 2)
+SCHEMAS = (1, 2, 3)
 MAX_BYTES = 8 * 1024 * 1024
 
 
