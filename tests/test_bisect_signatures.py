@@ -47,25 +47,54 @@ def test_one():
 
 def test_two():
     _fail(toypkg.problems_two())
+
+
+def test_line():
+    if toypkg.line():
+        pytest.fail(toypkg.line(), pytrace=False)
 '''
 
+#: ``test_one``'s problems by mode and release: "decade" is issue 68's case (a bug from 2.0
+#: whose figure crosses a decade at 4.0, as a bullet list and, in ``test_line``, as a one-line
+#: message; 3.0's wheel does not compile); "coin" a release (3.0) that ends as tonight in
+#: half of its runs, from a seeded coin
+_DECADE = "['mismatch in {} of 64 values', 'first divergent op: matmul']"
 
-def _source(n: int, flaky: bool) -> str:
+
+def _source(n: int, mode: str) -> str:
     """toypkg's ``__init__.py`` at release ``n``."""
-    if flaky:  # 1.0 passes, 2.0-4.0 fail every other run, 5.0 always
-        one = ("[] " if n == 1 else "['the decode rows differ'] if n == 5 or _tick() else [] ")
-    else:
-        one = ("[]" if n == 1 else "['the decode rows differ', 'first divergent op: none found']"
-               if n < 4 else "['the prefill rows differ', 'first divergent op: none found']")
+    line = "None"
     two = "[]" if n == 1 else "['max_ulp 42161 over its bound 300']"
-    return (f"import os\nn = {n}\nNEEDS_GPU = {n == 1}\n\n\n"
+    if mode == "flaky":  # 1.0 passes, 2.0-4.0 fail every other run, 5.0 always
+        one = ("[] " if n == 1 else "['the decode rows differ'] if n == 5 or _tick() else [] ")
+        two = "[]"
+    elif mode == "decade":
+        one = "[]" if n == 1 else _DECADE.format(8 if n < 4 else 12)
+        line = "None" if n == 1 else repr(f"mismatch in {8 if n < 4 else 12} of 64 values")
+        two = "[]"
+    elif mode == "coin":
+        one = ("[]" if n < 3 else "['the decode rows differ']" if n > 3 else
+               "['the decode rows differ'] if _coin() else []")
+        two = "[]"
+    else:
+        one = ("[]" if n == 1 else
+               "['the decode rows differ', 'first divergent op: none found']"
+               if n < 4 else "['the prefill rows differ', 'first divergent op: none found']")
+    broken = "def broken(:\n    pass\n\n\n" if mode == "decade" and n == 3 else ""
+    return (f"import os\nimport random\nn = {n}\nNEEDS_GPU = {n == 1}\n\n\n{broken}"
             "def _tick():\n"
             "    path = os.environ['TOY_COUNTER']\n"
             "    count = int(open(path).read() or 0) if os.path.exists(path) else 0\n"
             "    open(path, 'w').write(str(count + 1))\n"
             "    return count % 2 == 0\n\n\n"
+            "def _coin():  # seeded: the test that runs it is deterministic\n"
+            "    path = os.environ['TOY_COUNTER']\n"
+            "    count = int(open(path).read() or 0) if os.path.exists(path) else 0\n"
+            "    open(path, 'w').write(str(count + 1))\n"
+            "    return random.Random(f\"{os.environ['TOY_SEED']}-{count}\").random() < 0.5\n\n\n"
             f"def problems_one():\n    return {one}\n\n\n"
-            f"def problems_two():\n    return {two if not flaky else '[]'}\n")
+            f"def problems_two():\n    return {two}\n\n\n"
+            f"def line():\n    return {line}\n")
 
 
 def _wheel(folder: Path, version: str, source: str) -> None:
@@ -96,14 +125,14 @@ def _night(base: Path, name: str, overlays: Overlays, version: str, env: dict[st
     return path
 
 
-def _toy(base: Path, flaky: bool) -> dict[str, Path]:
+def _toy(base: Path, mode: str) -> dict[str, Path]:
     (base / "index").mkdir(parents=True)
     (base / "suite").mkdir()
     (base / "suite" / "test_toy.py").write_text(TESTS)
     for n, version in enumerate(VERSIONS, 1):
-        _wheel(base / "index", version, _source(n, flaky))
+        _wheel(base / "index", version, _source(n, mode))
     overlays = Overlays(base / "night-overlays", ("--no-index", f"--find-links={base / 'index'}"))
-    env = {**os.environ, "TOY_COUNTER": str(base / "counter")}
+    env = {**os.environ, "TOY_COUNTER": str(base / "counter"), "TOY_SEED": "0"}
     return {"base": base, "good": _night(base, "good", overlays, "1.0", env),
             "bad": _night(base, "bad", overlays, "5.0", env)}
 
@@ -119,24 +148,31 @@ def _bisect(toy: dict[str, Path], state: str, *extra: str) -> tuple[int, dict]:
 def test_two_failures_two_bisects_each_to_its_own_release(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    toy = _toy(tmp_path, flaky=False)
+    toy = _toy(tmp_path, "plain")
     monkeypatch.setenv("TOY_COUNTER", str(tmp_path / "counter"))
     status, outcome = _bisect(toy, "state")
     assert status == 0, outcome["why"]
     one, two = sorted(outcome["groups"], key=lambda g: g["tests"])
     assert one["tests"] == ["test_toy.py::test_one"] and two["tests"] == ["test_toy.py::test_two"]
-    # B (the prefill rows) came with 4.0; 2.0 brought A, which shares B's last line
+    # B (the prefill rows) came with 4.0; 2.0 brought A, which shares B's last line: 2.0
+    # and 3.0 fail another way, said as such and never called good
     assert one["first_bad"] == {"package": "toypkg", "version": "4.0"}, one["why"]
     assert one["last_good"] == {"package": "toypkg", "version": "3.0"}
+    assert one["other_since"] == "2.0" and one["search"]["last_good"] == "1.0"
     assert "the decode rows differ" in one["last_good_other"]
-    assert one["card"].startswith("first bad: toypkg 4.0 (3.0 fails another way)"), one["card"]
+    assert one["card"].startswith(
+        "first bad for tonight's failure: toypkg 4.0 (ends as tonight in 5 of 5 runs); 3.0 "
+        "fails another way in 5 of 5 runs; the releases before it fail another way since "
+        "2.0: "), one["card"]
     assert one["search"]["tried"].get("3.0") == "other"
     # C, the other test's failure, is its own bisect: 2.0
     assert two["first_bad"] == {"package": "toypkg", "version": "2.0"}, two["why"]
-    assert two["card"].startswith("first bad: toypkg 2.0 (1.0 good)"), two["card"]
-    # each probe ran twice, and its runs agreed
+    assert two["card"].startswith("first bad for tonight's failure: toypkg 2.0 (ends as "
+                                  "tonight in 5 of 5 runs); 1.0 good in 5 of 5 runs"), two["card"]
+    # each probe ran twice and its runs agreed; the boundary's five times
     for group in (one, two):
-        assert all(len(t["runs"]) == 2 and len(set(t["runs"])) == 1 for t in group["trials"])
+        assert all(len(t["runs"]) == (5 if t["role"].endswith("(confirm)") else 2)
+                   and len(set(t["runs"])) == 1 for t in group["trials"]), group["trials"]
     assert outcome["card"].startswith("2 distinct failures, one bisect each: ")
 
     # the report puts each group's card on its own test
@@ -148,7 +184,7 @@ def test_two_failures_two_bisects_each_to_its_own_release(tmp_path: Path,
 
 def test_a_flaky_probe_is_said_with_its_rate_and_nothing_is_blamed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    toy = _toy(tmp_path, flaky=True)
+    toy = _toy(tmp_path, "flaky")
     monkeypatch.setenv("TOY_COUNTER", str(tmp_path / "counter"))
     status, outcome = _bisect(toy, "state", "--test", "test_toy.py::test_one")
     assert status == 2, outcome
@@ -166,6 +202,74 @@ def test_a_flaky_probe_is_said_with_its_rate_and_nothing_is_blamed(
     why = outcome["groups"][0]["why"]
     assert why.startswith("the good night's results do not reproduce here"), why
     assert "skipped on rerun: a test that does not run is no reference" in why
+
+
+def test_one_bug_whose_figure_crosses_a_decade_is_one_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 68: 2.0 brings a bug that reads "mismatch in 8 of 64 values" (then "first
+    divergent op: matmul"); from 4.0 the same bug reads "12 of 64". As a bullet list
+    (test_one) and as a one-line message (test_line) both bisects name 2.0, exit 0. 3.0's
+    wheel raises SyntaxError: a skip named by its error, never pytest's summary."""
+    toy = _toy(tmp_path, "decade")
+    monkeypatch.setenv("TOY_COUNTER", str(tmp_path / "counter"))
+    status, outcome = _bisect(toy, "state")
+    groups = {tuple(g["tests"]): g for g in outcome["groups"]}
+    assert set(groups) == {("test_toy.py::test_one",), ("test_toy.py::test_line",)}, outcome
+    assert status == 0, outcome["why"]
+    for group in groups.values():
+        assert group["first_bad"] == {"package": "toypkg", "version": "2.0"}, group["why"]
+        assert group["card"].startswith(
+            "first bad for tonight's failure: toypkg 2.0 (ends as tonight in 5 of 5 runs); "
+            "1.0 good in 5 of 5 runs"), group["card"]
+        assert any(line.endswith("mismatch in 12 of 64 values")
+                   for line in group["signature"]["statement"]), group["signature"]
+        # 2.0 said the same failure another size: within 4x (8 and 12) it is not said
+        bad = next(t for t in group["trials"] if t["assignment"] == {"toypkg": "2.0"})
+        assert bad["why"].startswith("ends as tonight: test_toy.py::test_") \
+            and "another size" not in bad["why"], bad
+        # 3.0 could not be imported: its first error line, with the file and line
+        broken = next(t for t in group["trials"] if t["assignment"] == {"toypkg": "3.0"})
+        assert broken["verdict"] == "skip", broken
+        assert "SyntaxError" in broken["why"] and "toypkg/__init__.py:" in broken["why"], \
+            broken["why"]
+        assert "no collectors" not in broken["why"] and broken["why"].startswith("pytest: ")
+
+
+def test_a_boundary_release_failing_half_its_runs_is_flaky_with_its_rate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """3.0 ends as tonight in half of its runs (a seeded coin), 4.0 on: the boundary's
+    confirmation catches it: flaky, with its rate over the runs made, never passed over as
+    good (tests/test_bisect.py runs the same 400 times for the rate)."""
+    toy = _toy(tmp_path, "coin")
+    monkeypatch.setenv("TOY_COUNTER", str(tmp_path / "counter"))
+    monkeypatch.setenv("TOY_SEED", "3")  # its first two runs of 3.0 agree: good, good
+    status, outcome = _bisect(toy, "state", "--test", "test_toy.py::test_one")
+    [group] = outcome["groups"]
+    assert status == 2, group["why"]
+    assert group["search"]["tried"]["3.0"] == "flaky", group["search"]
+    [flaky] = group["flaky"]
+    assert flaky.startswith("toypkg 3.0: flaky: ended as tonight in ") and " of " in flaky
+    assert "first_bad" not in group and "3.0" in group["search"]["unresolved"]
+    assert group["card"].startswith(
+        "culprit: toypkg; not found: toypkg: the first bad for tonight's failure is one of "
+        "3.0, 4.0 (could not be judged: 3.0 (flaky: ended as tonight in 1 of 4 runs (else: "
+        "good 3))), after 2.0 good"), group["card"]
+    # the confirmation ran: more than the two first-pass runs of 3.0
+    runs = [t["runs"] for t in group["trials"] if t["assignment"] == {"toypkg": "3.0"}]
+    assert max(len(r) for r in runs) > 2 and runs[0][:2] == ["good", "good"], runs
+
+
+def test_a_test_that_passes_on_both_nights_is_nothing_to_bisect(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    toy = _toy(tmp_path, "plain")
+    base = toy["base"]
+    status = main([str(toy["good"]), str(toy["bad"]), "--test", "test_toy.py::test_line",
+                   "--state", str(base / "state")])
+    assert status == 3
+    err = capsys.readouterr().err
+    assert "nothing to bisect: --test test_toy.py::test_line passed on the good night" in err
+    assert "and passed tonight" in err
+    assert not (base / "state" / "bisect.json").exists()
 
 
 def test_an_overlay_that_does_not_take_is_a_skip(tmp_path: Path) -> None:
