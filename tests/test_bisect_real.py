@@ -117,8 +117,9 @@ def test_the_bisect_names_the_package_and_the_release(nights: dict[str, Path]) -
     skip = next(t for t in outcome["trials"] if t["verdict"] == "skip")
     assert "verl 0.8.0 could not be installed" in skip["why"]
     # the good night failed (drift): 0.9.0 ended "as the good night", not "good"
-    assert outcome["card"] == ("first bad: verl 0.9.1 (0.9.0 as the good night), "
-                               "2 candidates tried, 1 skip") == whole["card"]
+    assert outcome["card"] == (
+        "first bad for tonight's failure: verl 0.9.1 (ends as tonight in 5 of 5 runs); 0.9.0 "
+        "as the good night in 5 of 5 runs; 2 candidates tried, 1 skip") == whole["card"]
 
     # resumable: the same command again reruns nothing and says the same
     status, again, text = _bisect(nights, *args)
@@ -155,11 +156,12 @@ def test_the_nightly_step_and_the_card_of_a_new_failure(nights: dict[str, Path])
     assert outcome["status"] == "not-found"
     assert outcome["search"]["versions"] == ["0.9.1", "0.9.0", "0.8.0", "0.7.1"]
     assert outcome["search"]["unresolved"] == ["0.9.0"]
-    assert "the first bad is one of 0.9.0, 0.8.0" in outcome["why"]
+    assert "the first bad for tonight's failure is one of 0.9.0, 0.8.0" in outcome["why"]
 
     report = base / "report"
     subprocess.run([sys.executable, "-m", "harness", "report", "render", str(nights["old"]),
                     "--history", str(history), "--bisect", str(out / "bisect.json"),
                     "--out", str(report)], check=True, capture_output=True)
     [row] = json.loads((report / "summary.json").read_text())["new_failures"]
-    assert row["test"] == CASE and row["bisect"].startswith("culprit: verl; no single release")
+    assert row["test"] == CASE and row["bisect"].startswith("culprit: verl; not found: verl: the first bad for tonight's "
+                                "failure is one of 0.9.0, 0.8.0")

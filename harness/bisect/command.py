@@ -209,8 +209,10 @@ def _group(bisect: Bisect, group: Group, sources: dict[str, tuple[Path, str, str
     except index.IndexLookupError as exc:
         outcome.update(status="not-found", why=f"no release list: {exc}")
     outcome["trials"] = bisect.log
+    # the search's candidates (a night's own versions, rerun to confirm the boundary, are not)
     outcome["candidates_tried"] = len({key(t["assignment"]) for t in bisect.log
-                                       if t["role"].startswith("which release")})
+                                       if t["role"].startswith("which release")
+                                       and not t["role"].endswith("(confirm)")})
     outcome["skips"] = sum(1 for t in bisect.log if t["verdict"] == SKIP)
     outcome["flaky"] = bisect.flaky()
     outcome["trial_seconds"] = round(sum(t.seconds for t in bisect.state.trials.values()), 1)

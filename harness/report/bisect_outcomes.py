@@ -1,6 +1,7 @@
 """``bisect.json`` files (written by ``npu-regress bisect``) read onto tonight's new
-failures: the card of each new failure a bisect ran for says what it found ("first bad:
-vllm 0.24.0 (0.23.0 good), 3 candidates tried, 1 skip") or why it found nothing. Read as
+failures: the card of each new failure a bisect ran for says what it found ("first bad for
+tonight's failure: vllm 0.24.0 (ends as tonight in 5 of 5 runs); 0.23.0 good in 5 of 5 runs;
+3 candidates tried, 1 skip") or why it found nothing. Read as
 untrusted input like every other file of the report: a file that is not a bisect outcome is
 a problem said on the page, never a crash or a silent line."""
 
