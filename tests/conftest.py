@@ -42,6 +42,8 @@ E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_p
        # bisects of a toy package's five constructed releases, a real pytest per trial
        "tests/test_bisect_signatures.py::test_two_failures_two_bisects_each_to_its_own_release",
        "tests/test_bisect_signatures.py::test_a_flaky_probe_is_said_with_its_rate_and_nothing_is_blamed",
+       "tests/test_bisect_signatures.py::test_one_bug_whose_figure_crosses_a_decade_is_one_",
+       "tests/test_bisect_signatures.py::test_a_boundary_release_failing_half_its_runs_is_fl",
        # the hardware suite's negative controls: the whole real suite, once per broken rule
        "tests/test_hardware.py::test_suite_catches_a_broken_rule",
        # whole pytest sessions (xdist controller and workers) killed by a signal
