@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.drift.adopt import MIN_RUNS
+from harness.drift.baselines import DEFAULT_FOLDER
+from harness.drift.baselines import ENV as BASELINES_ENV
 from harness.report import bisect_outcomes, repro_outcomes
 from harness.report import history_folder as hist
 from harness.report.compare import check_clocks, compare, tonight_date
@@ -78,8 +81,31 @@ def _parser() -> argparse.ArgumentParser:
                           "their rows: the data files change, review the diff")
     upd.add_argument("results", nargs="+", type=Path, help="results.jsonl files, one per run "
                      "(5 or more: the spread)")
-    upd.add_argument("--check", action="store_true",
-                     help="write nothing; exit 1 if the data files would change")
+    learn = esub.add_parser("learn", help="propose envelopes from this runner's own last "
+                            "nights (the report's history folder) into the baselines folder: "
+                            "review the diff and commit it")
+    learn.add_argument("--history", type=Path, required=True, metavar="DIR",
+                       help="the report's history folder (npu-regress report history add)")
+    learn.add_argument("--runner", required=True, metavar="NAME",
+                       help="the runner whose nights to learn from")
+    learn.add_argument("--nights", type=_nights, default=MIN_RUNS, metavar="N",
+                       help=f"the last N nights (default {MIN_RUNS}); a row needs all N")
+    for sub in (upd, learn):
+        sub.add_argument("--check", action="store_true",
+                         help="write nothing; exit 1 if the data files would change")
+        sub.add_argument("--baselines", type=Path, default=None, metavar="DIR",
+                         help="the folder of this runner's envelopes in your repository "
+                              f"(default: ${BASELINES_ENV}, else ./{DEFAULT_FOLDER}); "
+                              "written there, never into the installed package")
+        sub.add_argument("--accept-growth", metavar="REASON", default=None,
+                         help="adopt runs whose row grew (refused otherwise), keeping REASON "
+                              "and the old envelope in the row's history")
+    upd.add_argument("--min-runs", type=_nights, default=MIN_RUNS, metavar="N",
+                     help=f"write a row only when measured over N runs or more (default "
+                          f"{MIN_RUNS})")
+    upd.add_argument("--package-tables", action="store_true",
+                     help="write the tables shipped in the package (this project's CI's), "
+                          "from a source checkout only")
     from harness.repro.command import add_parser as add_repro
 
     add_repro(top)
@@ -103,6 +129,68 @@ def _expectation_tables() -> dict[str, Any]:
             "collectives": load(expected.DATA, expected.KEY_FIELDS)}
 
 
+def _expectations(args: argparse.Namespace) -> int:
+    """``expectations update`` / ``learn``: into the user's baselines folder (or, with
+    ``--package-tables`` from a checkout, the shipped tables)."""
+    import os
+
+    from harness.drift import baselines
+    from harness.drift.adopt import update
+
+    today = _dt.date.today().isoformat()
+    if args.action == "learn":
+        results = _learned_nights(args.history, args.runner, args.nights)
+        if isinstance(results, str):
+            print(f"npu-regress expectations learn: {results}", file=sys.stderr)
+            return 2
+        min_runs = args.nights
+    else:
+        results, min_runs = args.results, args.min_runs
+    if getattr(args, "package_tables", False):
+        import harness
+
+        if any(part in ("site-packages", "dist-packages")
+               for part in Path(harness.__file__).resolve().parts):
+            print("npu-regress expectations: --package-tables writes the tables shipped in "
+                  f"the package, and this one is installed ({Path(harness.__file__).parent}): "
+                  "the next install would lose them. Use --baselines DIR (your repository)",
+                  file=sys.stderr)
+            return 2
+        return update(results, _expectation_tables, check=args.check,
+                      accept_growth=args.accept_growth, min_runs=min_runs, today=today)
+    base = args.baselines or Path(os.environ.get(baselines.ENV) or baselines.DEFAULT_FOLDER)
+    if base.exists() and not base.is_dir():
+        print(f"npu-regress expectations: --baselines {base} is not a folder: give the "
+              "folder of your repository that holds the runner's envelopes", file=sys.stderr)
+        return 2
+
+    def user_tables() -> dict[str, Any]:
+        return {name: baselines.writable(name, table, base)
+                for name, table in _expectation_tables().items()}
+
+    return update(results, user_tables, check=args.check, shipped=_expectation_tables,
+                  accept_growth=args.accept_growth, min_runs=min_runs, today=today)
+
+
+def _learned_nights(history: Path, runner: str, nights: int) -> list[Path] | str:
+    """The runner's last ``nights`` results files in the history folder, newest first; or
+    why there are too few."""
+    if not history.is_dir():
+        return f"--history {history} is not a folder: give the report's history folder"
+    found: list[Path] = []
+    before: str | None = None
+    while len(found) < nights:
+        path = hist.latest_night(history, runner, before)
+        if path is None:
+            break
+        found.append(path)
+        before = path.parent.name
+    if len(found) < nights:
+        return (f"runner {runner!r} has {len(found)} night(s) in {history}, {nights} are "
+                "needed (--nights): its rows are still learning; run again after more nights")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bisect"]:  # its own parser: its exit statuses are 0 found, 2 not
@@ -111,9 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         return bisect(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "expectations":
-        from harness.drift.adopt import update
-
-        return update(args.results, _expectation_tables, check=args.check)
+        return _expectations(args)
     if args.command == "ranks-node":
         from harness.collectives.launchers import node
 

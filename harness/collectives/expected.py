@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.drift.baselines import overlay
 from harness.drift.envelope import TOTALS, Envelope, unjudgeable_sentence
 from harness.drift.figures import describe
 from harness.drift.table import Table, load
@@ -25,7 +26,7 @@ KEY_FIELDS = ("collective", "backend", "world", "dtype")
 
 @functools.lru_cache(maxsize=1)
 def table() -> Table:
-    return load(DATA, KEY_FIELDS)
+    return overlay(load(DATA, KEY_FIELDS), "collectives")
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def _record(reading: Any, expectation: CollectiveExpectation, dtype: str) -> dic
         grew = envelope.judge(raw, record)
         if grew:
             record["sentence"] = f"{dtype}: " + "; ".join(
-                b.sentence(envelope.measured) for b in grew)
+                b.sentence(envelope.measured, envelope.where) for b in grew)
         elif record["judged"] == "unjudgeable":
             record["sentence"] = unjudgeable_sentence(record, f"{dtype} sizes")
     if record["judged"] not in ("grew", "unjudgeable"):

@@ -7,7 +7,13 @@ row's new envelope is the [smallest, largest] of each figure over every run give
 replaces the old one (the runs given are the measurement; after a deliberate upstream change
 the old one no longer holds). A record is refused, and said, when its test failed for any
 reason but a drift that grew, when the row came out equal (stale: its outcome is what to
-correct, not its envelope), or when the run cannot measure the row (too few threads)."""
+correct, not its envelope), or when the run cannot measure the row (too few threads).
+
+Adoption cannot swallow a regression: a run whose row grew is refused unless the growth is
+accepted with a reason (``--accept-growth``), which the row keeps in its ``history`` with the
+envelope it replaced; a row measured over fewer than ``min_runs`` runs, or over runs of
+different runners' identities (device kind, CPU, accelerator), is not written. Every row
+written says, per figure, its old range, its new one and the factor."""
 
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from typing import Any
 
 from harness.drift.envelope import DEFAULT_TOLERANCE, Envelope, EnvelopeError
 from harness.drift.figures import judged, unusable
-from harness.drift.table import Row, Table, with_envelope
+from harness.drift.table import Row, Table
 
 #: the runs a row's envelope should be measured over (docs/drift.md); fewer are adopted
 #: and said
@@ -32,11 +38,28 @@ _ADOPTABLE = ("within", "grew", "no-envelope")
 
 @dataclass
 class Adoption:
-    """What ``adopt`` did: rows written (table, key, runs), and records refused (why)."""
+    """What ``adopt`` did: rows written (table, key, runs), records refused (why), notes, and
+    per figure of each row written its old range, new range and factor."""
 
     written: list[tuple[str, tuple[str, ...], int]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)
+
+
+def identity(header: dict[str, Any]) -> str:
+    """What chooses a run's kernels, as its header says: device kind, CPU (vendor, machine,
+    kernel-choosing features) and the accelerator's name, where there is one. Runs of two
+    identities never make one envelope."""
+    device = header.get("device") or {}
+    hardware = header.get("hardware") or {}
+    accelerator = ""
+    if isinstance(hardware, dict):
+        accelerator = str(hardware.get("soc") or hardware.get("soc_name")
+                          or hardware.get("name") or "")
+    parts = [str(device.get("kind", "?")) if isinstance(device, dict) else "?",
+             str(header.get("cpu") or header.get("platform") or "?")]
+    return "; ".join(parts + ([accelerator] if accelerator else []))
 
 
 @dataclass
@@ -75,8 +98,12 @@ def read_runs(paths: list[Path]) -> list[_Run]:
     return runs
 
 
-def adopt(paths: list[Path], tables: dict[str, Table]) -> Adoption:
-    """Write the runs' figures into ``tables`` (in memory: ``Table.write`` saves them)."""
+def adopt(paths: list[Path], tables: dict[str, Table], *,
+          shipped: dict[str, Table] | None = None, accept_growth: str | None = None,
+          min_runs: int = 1, today: str = "") -> Adoption:
+    """Write the runs' figures into ``tables`` (in memory: ``Table.write`` saves them).
+    ``shipped``: the tables a row not yet in ``tables`` is taken from (its outcome, its
+    tolerance); ``accept_growth``: the reason a grown row is adopted anyway."""
     done = Adoption()
     runs = read_runs(paths)
     figures: dict[tuple[str, tuple[str, ...]], list[dict[str, float]]] = defaultdict(list)
@@ -84,6 +111,7 @@ def adopt(paths: list[Path], tables: dict[str, Table]) -> Adoption:
     #: the runs (results files) a row was measured in: a row that a file reports twice (two
     #: targets' cases, hf and hf-left) is one run of it
     where: dict[tuple[str, tuple[str, ...]], dict[Path, dict[str, Any]]] = defaultdict(dict)
+    grown: dict[tuple[str, tuple[str, ...]], list[str]] = defaultdict(list)
     for run in runs:
         for test in run.tests:
             for record in test.get("drift") or []:
@@ -92,7 +120,7 @@ def adopt(paths: list[Path], tables: dict[str, Table]) -> Adoption:
                 key = _key(record, tables, run.path, test, done)
                 if key is None:
                     continue
-                why = _refusal(test, record)
+                why = _refusal(test, record, accept_growth)
                 if why:
                     done.refused.append(f"{run.path}: {test.get('id')}: {why}")
                     continue
@@ -105,26 +133,68 @@ def adopt(paths: list[Path], tables: dict[str, Table]) -> Adoption:
                 figures[key].append(judged(raw))
                 rows[key] = str(record.get("row") or "record")
                 where[key][run.path] = run.header
+                if record.get("judged") == "grew":
+                    grown[key].append(f"{run.path.name}: {', '.join(record.get('grew') or [])}")
     for (name, key), measured in figures.items():
         table = tables[name]
+        headers = where[(name, key)]
+        count = len(headers)
+        identities = sorted({identity(h) for h in headers.values()})
+        if len(identities) > 1:
+            done.refused.append(f"{table.where(key)}: not written: its runs are of "
+                                f"{len(identities)} runners ({' | '.join(identities)}); "
+                                "one envelope is one runner's: give one runner's runs")
+            continue
+        if count < min_runs:
+            done.refused.append(f"{table.where(key)}: not written: measured over {count} "
+                                f"run(s), --min-runs asks for {min_runs}")
+            continue
         names = sorted({n for m in measured for n in m})
         ranges = {n: (min(m[n] for m in measured if n in m), max(m[n] for m in measured
                                                                    if n in m))
                   for n in names}
         old = table.get(key)
-        runs = len(where[(name, key)])
-        kept = old.envelope if old and old.envelope else None
-        envelope = Envelope(ranges, runs, _measured(list(where[(name, key)].values())),
+        base = old or (shipped or {}).get(name, Table(table.path, (), {})).get(key)
+        kept = base.envelope if base and base.envelope else None
+        envelope = Envelope(ranges, count, _measured(list(headers.values())),
                             kept.tolerance if kept else DEFAULT_TOLERANCE, table.where(key),
                             kept.recorded_only if kept else ())
         if old is None:
-            old = Row(key, rows[(name, key)], f"adopted: {envelope.measured}")
-        table.put(with_envelope(old, envelope))
-        done.written.append((name, key, runs))
-        if runs < MIN_RUNS:
-            done.notes.append(f"{table.where(key)}: measured over {runs} run(s); "
+            outcome = base.outcome if base else rows[(name, key)]
+            extra = {k: v for k, v in (base.extra if base else {}).items() if k != "history"}
+            old = Row(key, outcome, "", None, extra)
+        evidence = f"learned from this runner's own runs: {envelope.measured}"
+        history = list(old.extra.get("history", []))
+        if grown[(name, key)] and accept_growth:
+            history.append({"date": today, "accepted_growth": accept_growth,
+                            "grew_in": grown[(name, key)],
+                            "replaced": {n: list(r) for n, r in (kept.figures.items()
+                                                                  if kept else ())},
+                            "replaced_measured": kept.measured if kept else ""})
+        extra = {**old.extra, **({"history": history} if history else {})}
+        table.put(Row(key, old.outcome, evidence if old.evidence.startswith(
+            ("learned from", "adopted:")) or not old.evidence else old.evidence, envelope,
+            extra))
+        done.written.append((name, key, count))
+        done.figures.extend(_compare(table.where(key), kept, ranges))
+        if count < MIN_RUNS:
+            done.notes.append(f"{table.where(key)}: measured over {count} run(s); "
                               f"docs/drift.md asks for {MIN_RUNS} to see the spread")
     return done
+
+
+def _compare(where: str, kept: Envelope | None,
+             ranges: dict[str, tuple[float, float]]) -> list[str]:
+    """Per figure: old range -> new range, and the factor of the new largest over the old."""
+    lines = []
+    for name, (lo, hi) in ranges.items():
+        if kept is None or name not in kept.figures:
+            lines.append(f"{where}: {name}: new {lo:g}..{hi:g}")
+            continue
+        old_lo, old_hi = kept.figures[name]
+        factor = (f"x{hi / old_hi:.3g}" if old_hi > 0 else "from 0" if hi > 0 else "x1")
+        lines.append(f"{where}: {name}: {old_lo:g}..{old_hi:g} -> {lo:g}..{hi:g} ({factor})")
+    return lines
 
 
 def _key(record: Any, tables: dict[str, Table], path: Path, test: dict[str, Any],
@@ -140,9 +210,15 @@ def _key(record: Any, tables: dict[str, Table], path: Path, test: dict[str, Any]
     return record["table"], tuple(str(raw[f]) for f in table.key_fields)
 
 
-def _refusal(test: dict[str, Any], record: dict[str, Any]) -> str:
+def _refusal(test: dict[str, Any], record: dict[str, Any],
+             accept_growth: str | None = None) -> str:
     """Why this record's figures cannot become an envelope ("" where they can)."""
     judged_as = record.get("judged")
+    if judged_as == "grew" and not accept_growth:
+        return (f"not adopted: its row grew ({', '.join(record.get('grew') or []) or 'a figure'}"
+                " above its bound): a regression is not an envelope; if the growth is "
+                "deliberate (an upstream change you accept), adopt it with --accept-growth "
+                "\"REASON\", which keeps the reason and the old envelope in the row's history")
     if record.get("not_adoptable"):
         return f"not adopted: {record['not_adoptable']}"
     if judged_as == "stale":
@@ -173,35 +249,42 @@ def _measured(headers: list[dict[str, Any]]) -> str:
 
 
 def update(results: list[Path], tables: Callable[[], dict[str, Table]], *,
-           check: bool = False) -> int:
-    """The command: ``tables()`` reads every family's data file. 0: written (or nothing to
-    change); 1: ``--check`` and something would change; 2: unusable inputs, named."""
+           check: bool = False, shipped: Callable[[], dict[str, Table]] | None = None,
+           accept_growth: str | None = None, min_runs: int = 1, today: str = "") -> int:
+    """The command: ``tables()`` reads the tables to write (the user's baselines, or with
+    ``--package-tables`` the shipped ones), ``shipped()`` those a new row is taken from. 0:
+    written (or nothing to change); 1: ``--check`` and something would change; 2: unusable
+    inputs, named."""
     try:
         found = tables()
         before = {name: table.dumps() for name, table in found.items()}
-        done = adopt(results, found)
+        done = adopt(results, found, shipped=shipped() if shipped else None,
+                     accept_growth=accept_growth, min_runs=min_runs, today=today)
     except (ValueError, EnvelopeError) as exc:
         print(f"npu-regress expectations: {exc}", file=sys.stderr)
         return 2
     for line in done.refused:
         print(f"refused: {line}", file=sys.stderr)
-    changed = False
+    changed: list[str] = []
     for name, table in found.items():
         after = table.dumps()
         if after == before[name]:
             continue
-        changed = True
-        rel = table.path.name
+        changed.append(str(table.label or table.path))
+        rel = table.label or table.path.name
         sys.stdout.writelines(difflib.unified_diff(
             before[name].splitlines(keepends=True), after.splitlines(keepends=True),
             f"a/{rel}", f"b/{rel}"))
         if not check:
             table.write()
+    for line in done.figures:
+        print(f"figure: {line}", file=sys.stderr)
     for line in done.notes:
         print(f"note: {line}", file=sys.stderr)
     rows = len(done.written)
     print(f"npu-regress expectations: {rows} row(s) measured from {len(results)} run(s)"
           + ("; would change the data files" if check and changed else
-             "; written: review the diff" if changed else "; nothing changed"),
+             f"; written into {', '.join(changed)}: review the diff" if changed
+             else "; nothing changed"),
           file=sys.stderr)
     return 1 if check and changed else 0

@@ -54,12 +54,13 @@ class Breach:
     hi: float
     bound: float
 
-    def sentence(self, measured: str) -> str:
+    def sentence(self, measured: str, where: str = "") -> str:
         growth = (f", {self.value / self.hi:.3g} times its measured maximum"
                   if self.hi > 0 else "")
         return (f"{describe(self.figure, self.value)} ({JUDGED.get(self.figure, self.figure)}) "
                 f"is above its envelope {_num(self.figure, self.lo)}..{_num(self.figure, self.hi)} "
-                f"(bound {_num(self.figure, self.bound)}{growth}); envelope measured: {measured}")
+                f"(bound {_num(self.figure, self.bound)}{growth}); envelope measured: {measured}"
+                + (f"; judged by {where}" if where else ""))
 
 
 def _num(name: str, value: float) -> str:
@@ -170,6 +171,7 @@ class Envelope:
                      f"{self.tolerance:g}x would reach the total {totals[n]:g}"
                   for n in bounds if bounds[n] != self.bound(n)}
         return {"runs": self.runs, "measured": self.measured, "tolerance": self.tolerance,
+                "judged_by": self.where,
                 "figures": {n: list(r) for n, r in self.figures.items()},
                 "bounds": bounds, **({"capped": capped} if capped else {}),
                 **({"recorded_only": list(self.recorded_only)} if self.recorded_only else {})}

@@ -41,12 +41,14 @@ class Table:
     key_fields: tuple[str, ...]
     rows: dict[tuple[str, ...], Row]
     header: list[str] = field(default_factory=list)
+    #: how the file is named in a row's ``where`` (default: its file name)
+    label: str = ""
 
     def get(self, key: tuple[str, ...]) -> Row | None:
         return self.rows.get(key)
 
     def where(self, key: tuple[str, ...]) -> str:
-        return f"{self.path.name} row {'/'.join(key)}"
+        return f"{self.label or self.path.name} row {'/'.join(key)}"
 
     def put(self, row: Row) -> None:
         self.rows[row.key] = row
@@ -77,11 +79,13 @@ class Table:
             + body
 
     def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(self.dumps(), encoding="utf-8")
 
 
-def load(path: Path, key_fields: Iterable[str]) -> Table:
-    """Read a table; a row that cannot be judged by raises ``EnvelopeError`` naming it."""
+def load(path: Path, key_fields: Iterable[str], label: str = "") -> Table:
+    """Read a table; a row that cannot be judged by raises ``EnvelopeError`` naming it.
+    ``label``: how the file is named in its rows' ``where`` (default: its file name)."""
     key_fields = tuple(key_fields)
     text = path.read_text(encoding="utf-8")
     header = []
@@ -94,13 +98,13 @@ def load(path: Path, key_fields: Iterable[str]) -> Table:
     except tomllib.TOMLDecodeError as exc:
         raise EnvelopeError(f"{path}: not TOML ({exc}); fix the file or take it from git") \
             from None
-    table = Table(path, key_fields, {}, header)
+    table = Table(path, key_fields, {}, header, label)
     for n, raw in enumerate(data.get("row", []), start=1):
         missing = [f for f in (*key_fields, "outcome", "evidence") if f not in raw]
         if missing:
             raise EnvelopeError(f"{path} row {n}: no {', '.join(missing)}")
         key = tuple(str(raw[f]) for f in key_fields)
-        where = f"{path.name} row {'/'.join(key)}"
+        where = table.where(key)
         if raw["outcome"] not in OUTCOMES:
             raise EnvelopeError(f"{where}: outcome {raw['outcome']!r}: use one of "
                                 f"{', '.join(OUTCOMES)}")

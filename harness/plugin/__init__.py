@@ -50,6 +50,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
+    _name_baselines(config)
     session = open_session(config)
     try:
         requirements = require.parse(options.option(config, "harness_require"))
@@ -80,6 +81,18 @@ def pytest_configure(config: pytest.Config) -> None:
         from harness.plugin.whole_test_child import remember_rewrites
 
         remember_rewrites()
+
+
+def _name_baselines(config: pytest.Config) -> None:
+    """Name the run's baselines folder to every process it starts (the isolated children,
+    xdist's workers and the forkserver read their tables there)."""
+    import os
+
+    from harness.drift.baselines import ENV
+
+    folder = options.baselines_folder(config)
+    if folder is not None:
+        os.environ[ENV] = str(folder.resolve())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -4,6 +4,7 @@ are usage errors that name the option and the fix, raised before any process sta
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,6 +82,13 @@ def add_options(parser: pytest.Parser) -> None:
         "one is missing fails, naming it, and a missing one fails the run. Default: ini "
         "harness_require (none).",
     )
+    group.addoption(
+        "--harness-baselines", dest="harness_baselines", default=None, metavar="DIR",
+        help="this runner's own envelopes, a folder in your repository that `npu-regress "
+        "expectations learn/update` writes and you commit: its rows are judged before the "
+        "tables shipped in the package. Default: ini harness_baselines, else "
+        "$NPU_REGRESS_BASELINES, else baselines/ beside the ini file where it exists.",
+    )
     ranks = parser.getgroup("npu-regress ranks", "npu-regress: where a collectives check's "
                             "ranks run (torchrun's options, also read from its PET_* variables)")
     ranks.addoption(
@@ -114,6 +122,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("harness_results", "default for --harness-results", default="")
     parser.addini("harness_require", "default for --harness-require", default="")
     parser.addini("harness_device", "default for --device", default="auto")
+    parser.addini("harness_baselines", "default for --harness-baselines", default="")
     parser.addini("harness_isolation", "default for --isolation", default="auto")
     parser.addini("harness_isolation_preload", "default for --isolation-preload",
                   default=",".join(DEFAULT_PRELOAD))
@@ -125,6 +134,28 @@ def option(config: pytest.Config, name: str) -> Any:
     """The command-line value of ``name``, else its ini key's."""
     value = config.getoption(name)
     return config.getini(name) if value is None else value
+
+
+def baselines_folder(config: pytest.Config) -> Path | None:
+    """The run's baselines folder (``--harness-baselines``, ini ``harness_baselines``, else
+    ``$NPU_REGRESS_BASELINES``, else ``baselines/`` beside the ini file where it exists),
+    relative names from the ini file's folder; a path that is not a folder is a usage
+    error naming it."""
+    import os
+
+    from harness.drift.baselines import DEFAULT_FOLDER, ENV
+
+    given = option(config, "harness_baselines") or os.environ.get(ENV, "")
+    base = Path(config.inipath).parent if config.inipath else config.rootpath
+    if not given:
+        default = base / DEFAULT_FOLDER
+        return default if default.is_dir() else None
+    folder = Path(given) if Path(given).is_absolute() else base / given
+    if folder.exists() and not folder.is_dir():
+        raise pytest.UsageError(f"--harness-baselines / harness_baselines = {given!r}: "
+                                f"{folder} is not a folder; name the folder of your "
+                                "repository that holds the runner's envelopes")
+    return folder
 
 
 def positive_timeout(value: Any) -> float:
