@@ -37,4 +37,5 @@ for i in $(seq 1 "$RUNS"); do
     echo "no engine venv at $ENGINE: its rows are not measured"
   fi
 done
-"$PY" -m harness expectations update "$OUT"/*.jsonl
+# this project's own tables (shipped in the package), from this checkout
+"$PY" -m harness expectations update "$OUT"/*.jsonl --package-tables

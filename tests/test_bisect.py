@@ -408,6 +408,9 @@ def test_a_signature_masks_versions_and_figures_and_sizes_figures_by_ratio() -> 
     assert a.compare(Signature.of("", ["ModuleNotFoundError: No module named 'x'"])) == \
         DIFFERENT
     assert Signature.of("harness", a.lines).compare(a) == PARTLY
+    # a stack filed as unsupported (a trial's overlaid pairing) is still a release's failure
+    assert Signature.of("unsupported-stack", a.lines) == Signature.of("release-finding",
+                                                                       a.lines)
     # one bug whose figure crossed a decade (8 -> 12 of 64) is one failure of one size
     eight = Signature.of("", ["mismatch in 8 of 64 values", "first divergent op: matmul"])
     twelve = Signature.of("", ["mismatch in 12 of 64 values", "first divergent op: matmul"])

@@ -152,8 +152,9 @@ def run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
               "pip_options": args.pip_option, "sources": sorted(args.source),
               "revisions": args.revisions, "runs": args.runs,
               "confidence": args.confidence,
-              # how failures are told apart (3: words decide, figures within FACTOR)
-              "signature_rules": 3}
+              # how failures are told apart (4: words decide, figures within FACTOR, a
+              # stack's support status is not the failure's)
+              "signature_rules": 4}
     folder = args.state or Path(".npu-regress-bisect") / (
         f"{endpoints.bad.runner or 'runner'}-"
         + hashlib.sha256(json.dumps(inputs).encode()).hexdigest()[:10])

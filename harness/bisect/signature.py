@@ -10,7 +10,9 @@ from run to run or release to release masked by kind:
 - a memory address, a temporary path and a process id, which no two runs share;
 - a figure (any other number) by ``#``: the words decide the identity, the figures its size.
 
-A check declares more of its failure as data: a drift that grew names the figures that left
+The category is the check's (a stack filed as unsupported, or as the forward profile's, is
+still a release's failure: the same statement on a trial's overlaid pairing is the same
+failure). A check declares more of its failure as data: a drift that grew names the figures that left
 their envelope (``drift grew: max_ulp #``), its size how far over its bound each went.
 
 Two signatures agree (SAME) when category and words are the same; they agree in part
@@ -44,6 +46,12 @@ _NAMED = re.compile(rf"(?i)((?<![\w-])(?:{_VERSION_WORDS})\s*(?:[=<>~]=)?\s*v?|[
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(\.\d+)?([eE][-+]?\d+)?(?![\w.])")
 VERSION_MASK = "<version>"
 
+
+#: categories that file a release's failure by how the stack under it is supported (a
+#: trial's overlay pairs an old vLLM with this environment's other packages, which the
+#: preflight may not call a pairing), never by what failed: one failure, a release finding's
+#: statement, whatever its stack was filed as
+_RELEASE_FAILURE = {"unsupported-stack": "release-finding", "forward-compat": "release-finding"}
 
 #: figures within this factor of each other (either way) are the same size (docs/bisect.md)
 FACTOR = 4.0
@@ -126,8 +134,8 @@ class Signature:
         parts = [split(line) for line in lines if line.strip()]
         parts += [(f"drift grew: {name} over its bound by {FIGURE}x", (over,))
                   for name, over in (grew or {}).items()]
-        return cls(category or "", frozenset(words for words, _ in parts),
-                   tuple(sorted(parts)))
+        category = _RELEASE_FAILURE.get(category or "", category or "")
+        return cls(category, frozenset(words for words, _ in parts), tuple(sorted(parts)))
 
     def compare(self, other: Signature) -> str:
         """SAME (one failure, whatever its size), PARTLY (a line in common, or the same
