@@ -51,6 +51,12 @@ def test_a_new_runner_learns_its_envelopes_and_its_sixth_night_is_judged_by_them
         # no row for this runner's kind: recorded, not judged; never a pass
         assert line["outcome"] == "xfailed" and record["judged"] == "no-envelope", line
         assert record["key"]["machine"] == MACHINE
+        if n == 3:  # the page: the row is learning, with the nights it has
+            page = tmp_path / "report3"
+            rendered = _cli("report", "render", str(night), "--history", str(history),
+                            "--out", str(page))
+            assert rendered.returncode == 0, rendered.stderr
+            assert "learning, 3 of 5 nights" in (page / "report.html").read_text()
         filed = _cli("report", "history", "add", str(night), "--history", str(history),
                      "--date", f"2026-12-0{n}")
         assert filed.returncode == 0, filed.stderr

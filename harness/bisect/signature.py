@@ -12,8 +12,9 @@ from run to run or release to release masked by kind:
 
 The category is the check's (a stack filed as unsupported, or as the forward profile's, is
 still a release's failure: the same statement on a trial's overlaid pairing is the same
-failure). A check declares more of its failure as data: a drift that grew names the figures that left
-their envelope (``drift grew: max_ulp #``), its size how far over its bound each went.
+failure). A check declares more of its failure as data: a drift that grew names the
+figures that left their envelope (``drift grew: max_ulp #``), its size how far over its
+bound each went.
 
 Two signatures agree (SAME) when category and words are the same; they agree in part
 (PARTLY) when they share a line of words but not all; else they differ. Two that agree are

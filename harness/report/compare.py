@@ -83,6 +83,11 @@ class Cell:
                     and now["bit_equal"] != now["tokens"])
 
 
+#: the nights a runner's row is learned from (``npu-regress expectations learn --nights``'s
+#: default; the report imports nothing of the harness, so the figure is said here too)
+LEARNING_NIGHTS = 5
+
+
 @dataclass
 class Comparison:
     date: str
@@ -160,10 +165,16 @@ class Comparison:
                               else {})
                     points = [(d, v) for d, v in sorted(nights.items()) if d < self.date]
                     points.append((self.date, res.figures[name]))
+                    judged = res.judged or "none"
                     rows.append({"test": test, "runner": runner, "figure": name,
                                  "points": points, "now": res.figures[name],
                                  "bound": (res.bounds or {}).get(name),
-                                 "judged": res.judged or "none"})
+                                 "judged": judged,
+                                 # a row with no envelope for this runner is learning it
+                                 # from its nights (npu-regress expectations learn)
+                                 "state": (f"learning, {min(len(points), LEARNING_NIGHTS)} "
+                                           f"of {LEARNING_NIGHTS} nights"
+                                           if judged == "no-envelope" else judged)})
         rows.sort(key=lambda r: (r["judged"] != "grew", r["test"], r["runner"], r["figure"]))
         return rows[:limit]
 
