@@ -166,7 +166,9 @@ class Comparison:
                     points = [(d, v) for d, v in sorted(nights.items()) if d < self.date]
                     points.append((self.date, res.figures[name]))
                     judged = res.judged or "none"
-                    rows.append({"test": test, "runner": runner, "figure": name,
+                    rows.append({"test": test + (f" [{res.drift_row}]" if res.drift_row
+                                                 else ""),
+                                 "runner": runner, "figure": name,
                                  "points": points, "now": res.figures[name],
                                  "bound": (res.bounds or {}).get(name),
                                  "judged": judged,

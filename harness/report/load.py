@@ -55,12 +55,16 @@ class TestResult:
     #: a switch case's dispatcher footprint: operator -> the dispatch keys it changed
     dispatcher_footprint: dict[str, tuple[str, ...]] | None = None
     #: the size of a difference, compared and drawn night to night: rollout vs training's
-    #: (``schema.FIGURES``) and every drift record's figures (the largest over its records)
+    #: (``schema.FIGURES``) and the figures of the drift record that decided the test (its
+    #: worst judged: a row that grew before one within), never a merge of its rows (an fp32
+    #: row's figure beside a bf16 row's bound would be neither)
     figures: dict[str, float] | None = None
-    #: the envelope bounds tonight was judged by (the tightest over its records), and how
-    #: it was judged ("within", "grew", "no-envelope"...; the worst over its records)
+    #: that record's envelope bounds, and how it was judged ("within", "grew",
+    #: "no-envelope"...)
     bounds: dict[str, float] | None = None
     judged: str = ""
+    #: that record's row key ("batch-size/tiny/cpu/x86_64/float32/off"), where it has one
+    drift_row: str = ""
     #: a failure's problem lines as the check stated them (empty in older files)
     problems: tuple[str, ...] = ()
     #: the check's other recorded properties (where it ran, its settings), name -> value
@@ -267,32 +271,36 @@ JUDGED_ORDER = ("grew", "stale", "no-envelope", "within", "equal", "none")
 
 
 def _drift(record: dict[str, Any]) -> tuple[dict[str, float] | None, dict[str, float] | None,
-                                            str]:
-    """(figures, bounds, judged) of a test line: its rollout figures and the figures of its
-    ``drift`` records (numbers only, the largest per name), the tightest bound per name, the
-    worst judgement."""
+                                            str, str]:
+    """(figures, bounds, judged, row) of a test line: its rollout figures and the figures
+    and bounds of the one drift record that decided it (the worst judged, the first of
+    equals), how it was judged, and its row key."""
     figures = _rollout_figures(record.get("logprob_report"))
-    bounds: dict[str, float] = {}
-    judged = ""
     records = record.get("drift")
+    chosen: dict[str, Any] | None = None
+    judged = ""
     for item in records[:64] if isinstance(records, list) else ():
         if not isinstance(item, dict):
             continue
-        for name, value in (item.get("figures") or {}).items() if isinstance(
-                item.get("figures"), dict) else ():
-            if isinstance(name, str) and len(name) <= 60 and _number(value):
-                figures[name] = max(float(value), figures.get(name, float(value)))
-        envelope = item.get("envelope")
-        for name, value in ((envelope.get("bounds") or {}).items()
-                            if isinstance(envelope, dict)
-                            and isinstance(envelope.get("bounds"), dict) else ()):
-            if isinstance(name, str) and len(name) <= 60 and _number(value):
-                bounds[name] = min(float(value), bounds.get(name, float(value)))
         how = item.get("judged")
-        if how in JUDGED_ORDER and (not judged
-                                    or JUDGED_ORDER.index(how) < JUDGED_ORDER.index(judged)):
-            judged = how
-    return figures or None, bounds or None, judged
+        how = how if how in JUDGED_ORDER else ""
+        if chosen is None or (how and (not judged or JUDGED_ORDER.index(how)
+                                       < JUDGED_ORDER.index(judged))):
+            chosen, judged = item, how
+    if chosen is None:
+        return figures or None, None, "", ""
+    for name, value in (chosen.get("figures") or {}).items() if isinstance(
+            chosen.get("figures"), dict) else ():
+        if isinstance(name, str) and len(name) <= 60 and _number(value):
+            figures[name] = float(value)
+    envelope = chosen.get("envelope")
+    bounds = {name: float(value) for name, value in
+              ((envelope.get("bounds") or {}).items() if isinstance(envelope, dict)
+               and isinstance(envelope.get("bounds"), dict) else ())
+              if isinstance(name, str) and len(name) <= 60 and _number(value)}
+    key = chosen.get("key")
+    row = "/".join(str(v) for v in key.values())[:200] if isinstance(key, dict) else ""
+    return figures or None, bounds or None, judged, row
 
 
 def _small(value: Any) -> Any:
@@ -328,7 +336,7 @@ def parse_test(record: dict[str, Any], *, lean: bool = False) -> TestResult:
         id=_text(test_id, 1000), outcome=_OUTCOME[outcome],  # one str object per outcome
         duration=float(duration) if _finite(duration) else 0.0,
         dispatch_events=_events(record.get("dispatch_events")))
-    result.figures, result.bounds, result.judged = _drift(record)
+    result.figures, result.bounds, result.judged, result.drift_row = _drift(record)
     if not lean:
         reason = _text(record.get("reason"))
         result.reason = sys.intern(reason) if len(reason) <= 300 else reason  # shared
