@@ -337,3 +337,23 @@ def test_the_patch_guard_finding_fails_with_a_comment_and_its_control_passes(
     assert "harness" not in _imports((out / "repro.py").read_text())
     assert (out / "requirements.txt").read_text().split() == ["verl==0.9.1", "vllm==0.23.0"]
     assert "--no-comment` exited 0" in (out / "ISSUE.md").read_text()
+
+
+def test_a_line_that_cannot_be_read_is_named_and_counted(pytester: pytest.Pytester,
+                                                           tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    """Issue 67: a results file the plugin wrote, cut mid-line (a night killed while
+    writing): the reproducer's reader names and counts the lines it could not read, never
+    skips them silently; a test it cannot find may be on one of them, and says so."""
+    pytester.makepyfile(test_a="def test_a():\n    assert False\n")
+    results = pytester.path / "results.jsonl"
+    pytester.runpytest_subprocess(f"--harness-results={results}").assert_outcomes(failed=1)
+    text = results.read_text()
+    results.write_text(text + text.splitlines()[1][:40] + "\n")  # a line cut short
+    with pytest.raises(ReproError, match=r"has no test 'test_a.py::test_b', and 1 line\(s\) "
+                                         r"could not be read \(line \d+"):
+        reproduce("test_a.py::test_b", results, tmp_path / "out", verify=False)
+    with pytest.raises(ReproError, match="not a case of any ledger finding"):
+        reproduce("test_a.py::test_a", results, tmp_path / "out", verify=False)
+    assert "1 line(s) could not be read" in capsys.readouterr().err

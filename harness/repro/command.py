@@ -36,18 +36,29 @@ def _record(results: Path, test_id: str) -> tuple[dict[str, Any], dict[str, Any]
                          "the results.jsonl the failing night wrote") from None
     header: dict[str, Any] = {}
     found: dict[str, Any] | None = None
-    for line in lines:
+    unreadable: list[int] = []
+    for number, line in enumerate(lines, start=1):
         try:
             rec = json.loads(line)
         except ValueError:
+            unreadable.append(number)
             continue
-        if rec.get("type") == "header":
+        if not isinstance(rec, dict):
+            unreadable.append(number)
+        elif rec.get("type") == "header":
             header = rec
         elif rec.get("type") == "test" and rec.get("id") == test_id:
             found = rec
+    lost = (f"{len(unreadable)} line(s) could not be read (line "
+            f"{', '.join(map(str, unreadable[:5]))}{', ...' if len(unreadable) > 5 else ''}: "
+            "a night cut short or a file edited by hand)" if unreadable else "")
     if found is None:
-        raise ReproError(f"{results} has no test {test_id!r}: give a test id as the results "
-                         "file writes it (suites/FILE.py::test[params])")
+        raise ReproError(f"{results} has no test {test_id!r}"
+                         + (f", and {lost}: the test may be on one of them" if lost else "")
+                         + ": give a test id as the results file writes it "
+                         "(suites/FILE.py::test[params])")
+    if lost:  # named and counted, as the report does; the test's own line was read
+        print(f"npu-regress repro: {results}: {lost}", file=sys.stderr)
     return header, found
 
 
