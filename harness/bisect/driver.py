@@ -54,19 +54,30 @@ class Bisect:
         if self.budget is not None and time.monotonic() - self.started > self.budget:
             raise BudgetSpent(f"the budget of {self.budget:.0f} s is spent")
 
+    def _attempt(self, assignment: dict[str, str]) -> Attempt:
+        """One run of ``assignment``, judged against the two nights' reruns (while there are
+        none yet, it is a night's own rerun)."""
+        self._spent()
+        attempt = self.runner.run(assignment)
+        if attempt.verdict != SKIP:
+            attempt.verdict, attempt.why = (
+                ("reference", "a night's own rerun") if self.reference is None
+                else judge(attempt.tests, self.reference))
+        return attempt
+
+    def _log(self, role: str, trial: Trial, seconds: float) -> None:
+        self.log.append({"role": role, "assignment": trial.assignment,
+                         "verdict": trial.verdict, "why": trial.why,
+                         "runs": [r.verdict for r in trial.runs],
+                         "seconds": round(seconds, 1)})
+
     def _trial(self, assignment: dict[str, str], role: str) -> Trial:
         k = key(assignment)
         if k not in self.state.trials:
             attempts: list[Attempt] = []
             for _ in range(self.runs):
-                self._spent()
-                attempt = self.runner.run(assignment)
-                if attempt.verdict != SKIP:
-                    attempt.verdict, attempt.why = (
-                        ("reference", "a night's own rerun") if self.reference is None
-                        else judge(attempt.tests, self.reference))
-                attempts.append(attempt)
-                if attempt.verdict == SKIP:
+                attempts.append(self._attempt(assignment))
+                if attempts[-1].verdict == SKIP:
                     break  # it could not be judged: another run would not judge it
             trial = Trial.of(assignment, attempts)
             self.state.trials[k] = trial
@@ -77,10 +88,7 @@ class Bisect:
                   f"{'s' * (len(trial.runs) != 1)})"
                   f"{': ' + trial.why if trial.verdict != GOOD else ''}", flush=True)
         trial = self.state.trials[k]
-        self.log.append({"role": role, "assignment": trial.assignment,
-                         "verdict": trial.verdict, "why": trial.why,
-                         "runs": [r.verdict for r in trial.runs],
-                         "seconds": round(trial.seconds, 1)})
+        self._log(role, trial, trial.seconds)
         return trial
 
     def _skip(self, assignment: dict[str, str], role: str, why: str) -> str:
@@ -90,18 +98,17 @@ class Bisect:
             self.state.trials[k] = Trial(assignment, SKIP, why)
             self.state.save()
             print(f"npu-regress bisect: {role}: skip: {why}", flush=True)
-        self.log.append({"role": role, "assignment": assignment, "verdict": SKIP, "why": why,
-                         "runs": [], "seconds": 0.0})
+        self._log(role, Trial(assignment, SKIP, why), 0.0)
         return SKIP
 
     def verdict(self, assignment: dict[str, str], role: str) -> str:
         return self._trial(assignment, role).verdict
 
-    def confirm(self, assignment: dict[str, str], role: str) -> str | None:
+    def confirm(self, assignment: dict[str, str], role: str) -> str:
         """Rerun a boundary candidate until a run disagrees (FLAKY, with its rate) or
         ``runs_for(confidence)`` runs agree; a night's own rerun (a reference) is judged
-        like any candidate first. None when it was confirmed before (nothing run), else
-        what was done ("3.0 good in 5 of 5 runs")."""
+        like any candidate first. Returns what its runs say ("good in 5 of 5 runs", or the
+        flaky rate)."""
         need = runs_for(self.confidence)
         k = key(assignment)
         trial = self.state.trials.get(k) or self._trial(assignment, role + " (confirm)")
@@ -110,30 +117,22 @@ class Bisect:
             if run.verdict == "reference" and self.reference is not None:
                 run.verdict, run.why = judge(run.tests, self.reference)
         if not runs or trial.verdict == SKIP:
-            return None
-        ran = 0
+            return confirmed_text(trial)
+        more: list[Attempt] = []
         while len(runs) < need and len({r.verdict for r in runs}) == 1 \
                 and runs[0].verdict != SKIP:
-            self._spent()
-            attempt = self.runner.run(assignment)
-            if attempt.verdict != SKIP:
-                attempt.verdict, attempt.why = judge(attempt.tests, self.reference)
-            runs.append(attempt)
-            ran += 1
+            more.append(self._attempt(assignment))
+            runs.append(more[-1])
         confirmed = Trial.of(assignment, runs)
         self.state.trials[k] = confirmed
         self.state.save()
-        if ran:
+        if more:
             print(f"npu-regress bisect: {role} (confirm): "
                   f"{', '.join(f'{d} {v}' for d, v in sorted(assignment.items()))}: "
-                  f"{confirmed_text(confirmed)} ({ran} more run{'s' * (ran != 1)})",
-                  flush=True)
-        self.log.append({"role": role + " (confirm)", "assignment": confirmed.assignment,
-                         "verdict": confirmed.verdict, "why": confirmed.why,
-                         "runs": [r.verdict for r in confirmed.runs],
-                         "seconds": round(sum(r.seconds for r in runs[-ran:]) if ran else 0,
-                                          1)})
-        return confirmed_text(confirmed) if ran or len(runs) >= need else None
+                  f"{confirmed_text(confirmed)} ({len(more)} more run"
+                  f"{'s' * (len(more) != 1)})", flush=True)
+        self._log(role + " (confirm)", confirmed, sum(r.seconds for r in more))
+        return confirmed_text(confirmed)
 
     # -- the steps ----------------------------------------------------------------------
     def references(self) -> str | None:
@@ -236,13 +235,11 @@ class Bisect:
             if not todo:
                 break
             for i in todo:
-                said = self.confirm(at(i), f"which release of {change.distribution}") \
-                    or confirmed_text(self.state.trials[key(at(i))])
+                said = self.confirm(at(i), f"which release of {change.distribution}")
                 confirmed[versions[i]] = f"{versions[i]} {said}"
-            if any(verdict_at(i) not in (GOOD, OTHER, BAD) for i in todo) or any(
-                    verdict_at(i) != found.verdicts[i] for i in todo):
-                continue  # a side turned out flaky (or another verdict): search again
-            break
+            if all(verdict_at(i) == found.verdicts[i] for i in todo):
+                break
+            # a side turned out flaky (or another verdict): search again
 
         def why(i: int | None) -> str | None:
             trial = self.state.trials.get(key(at(i))) if i is not None else None

@@ -143,7 +143,7 @@ def first_bad(count: int, probe: Callable[[int], str],
                                 if verdicts.get(i) in UNJUDGED] if since is not None else []
             return VersionSearch(good, bad, before, since, verdicts, unresolved,
                                  other_unresolved)
-        middle = (min(gap) - 1 + max(gap) + 1) / 2
+        middle = (min(gap) + max(gap)) / 2
         pick = min(gap, key=lambda i: (abs(i - middle), i))
         verdicts[pick] = probe(pick)
 

@@ -117,6 +117,15 @@ def _show(value: float) -> str:
     return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.3g}"
 
 
+def _by_words(sizes: Iterable[tuple[str, tuple[float, ...]]]
+              ) -> dict[str, list[tuple[float, ...]]]:
+    """A signature's sizes by their line's words (two lines may share their words)."""
+    found: dict[str, list[tuple[float, ...]]] = {}
+    for words, figures in sizes:
+        found.setdefault(words, []).append(figures)
+    return found
+
+
 @dataclass(frozen=True)
 class Signature:
     """A failure's category and its problem lines' words (and a grown drift's figure
@@ -151,12 +160,7 @@ class Signature:
         """For two signatures that agree: "" when every figure is within ``factor`` of its
         counterpart, else both sizes of the lines that differ ("'8 of 64' here, '12 of 64'
         there" reads: ``other`` says 8, this says 12)."""
-        mine: dict[str, list[tuple[float, ...]]] = {}
-        for words, figures in self.sizes:
-            mine.setdefault(words, []).append(figures)
-        theirs: dict[str, list[tuple[float, ...]]] = {}
-        for words, figures in other.sizes:
-            theirs.setdefault(words, []).append(figures)
+        mine, theirs = _by_words(self.sizes), _by_words(other.sizes)
         said = []
         for words in sorted(set(mine) & set(theirs)):
             for here, there in zip(sorted(theirs[words]), sorted(mine[words]), strict=False):
