@@ -154,7 +154,8 @@ def adopt(paths: list[Path], tables: dict[str, Table], *,
                                                                    if n in m))
                   for n in names}
         old = table.get(key)
-        base = old or (shipped or {}).get(name, Table(table.path, (), {})).get(key)
+        # a row new to ``tables`` starts from the shipped table's (its outcome, tolerance)
+        base = old or (shipped[name].get(key) if shipped and name in shipped else None)
         kept = base.envelope if base and base.envelope else None
         envelope = Envelope(ranges, count, _measured(list(headers.values())),
                             kept.tolerance if kept else DEFAULT_TOLERANCE, table.where(key),
@@ -163,7 +164,10 @@ def adopt(paths: list[Path], tables: dict[str, Table], *,
             outcome = base.outcome if base else rows[(name, key)]
             extra = {k: v for k, v in (base.extra if base else {}).items() if k != "history"}
             old = Row(key, outcome, "", None, extra)
-        evidence = f"learned from this runner's own runs: {envelope.measured}"
+        # a row's prose is kept where a maintainer wrote it, else written from the data
+        evidence = (old.evidence if old.evidence and not old.evidence.startswith(
+            ("learned from", "adopted:")) else
+            f"learned from this runner's own runs: {envelope.measured}")
         history = list(old.extra.get("history", []))
         if grown[(name, key)] and accept_growth:
             history.append({"date": today, "accepted_growth": accept_growth,
@@ -172,9 +176,7 @@ def adopt(paths: list[Path], tables: dict[str, Table], *,
                                                                   if kept else ())},
                             "replaced_measured": kept.measured if kept else ""})
         extra = {**old.extra, **({"history": history} if history else {})}
-        table.put(Row(key, old.outcome, evidence if old.evidence.startswith(
-            ("learned from", "adopted:")) or not old.evidence else old.evidence, envelope,
-            extra))
+        table.put(Row(key, old.outcome, evidence, envelope, extra))
         done.written.append((name, key, count))
         done.figures.extend(_compare(table.where(key), kept, ranges))
         if count < MIN_RUNS:
