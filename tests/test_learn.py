@@ -87,20 +87,23 @@ def test_a_new_runner_learns_its_envelopes_and_its_sixth_night_is_judged_by_them
     # the next night fails as a drift that grew, judged by that file
     ulp = record["figures"]["max_ulp"]
     assert ulp >= 10
-    (baselines / "logprobs.toml").write_text(_tightened(text, "max_ulp", ulp // 10))
+    _tightened(baselines / "logprobs.toml", "max_ulp", ulp // 10)
     line = _night(tmp_path / "night7.jsonl", f"--harness-baselines={baselines}")
     assert line["outcome"] == "failed" and line["category"] == "drift-grew", line
     assert f"judged by {baselines / 'logprobs.toml'} row" in line["longrepr"], line["longrepr"]
 
 
-def _tightened(text: str, figure: str, value: int) -> str:
-    """The baselines file with ``figure``'s measured range set to [value, value]."""
-    import tomli_w
-    import tomllib
+def _tightened(path: Path, figure: str, value: int) -> None:
+    """The baselines file with ``figure``'s measured range set to [value, value], read and
+    written by the table's own code."""
+    from dataclasses import replace
 
-    data = tomllib.loads(text)
-    for row in data["row"]:
-        if figure in row.get("envelope", {}):
-            row["envelope"][figure] = [value, value]
-    header = "".join(x + "\n" for x in text.splitlines() if x.startswith("#"))
-    return header + "\n" + tomli_w.dumps(data)
+    from harness.drift.table import load, with_envelope
+    from harness.logprobs.expectations import KEY_FIELDS
+
+    table = load(path, KEY_FIELDS, label=str(path))
+    row = table.get(KEY)
+    assert row is not None and row.envelope is not None
+    figures = {**row.envelope.figures, figure: (value, value)}
+    table.put(with_envelope(row, replace(row.envelope, figures=figures)))
+    table.write()
