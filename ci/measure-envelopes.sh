@@ -3,13 +3,15 @@
 # the way the nightly runs them, then adopt the figures into the data files
 # (npu-regress expectations update) and show the diff to review.
 #   bash ci/measure-envelopes.sh [RUNS] [OUT]
-# The main environment runs the TinyDecoder, transformers, training, rollout and collectives
-# rows both ways they run: as ci/run-suites.sh does (no xdist on CPU: 2 torch threads a
-# child) in the even runs, as CI's tests do (-n 2: 1 thread a child) in the odd ones, so the
-# spread covers both; the engine venv (.venv-engine, bash ci/setup.sh --engine) runs the vLLM
-# and serving rows one engine at a time with 2 torch threads, as tests/test_vllm_engine.py
-# does. One after the other: side by side, their OpenMP threads oversubscribe the cores.
-# The repeat rows are left out (they must be equal: nothing to measure).
+# An envelope is one runner identity's (harness.stack.identity: the CPU's kernel-choosing
+# features and the torch threads), so each way a row runs here is measured N times: the main
+# environment's TinyDecoder, transformers, training, rollout and collectives rows as
+# ci/run-suites.sh runs them (no xdist on CPU: 2 torch threads a child) and as CI's tests do
+# (-n 2: 1 thread a child); the engine venv (.venv-engine, bash ci/setup.sh --engine) runs
+# the vLLM and serving rows one engine at a time with 2 torch threads, as
+# tests/test_vllm_engine.py does. One after the other: side by side, their OpenMP threads
+# oversubscribe the cores. The repeat rows are left out (they must be equal: nothing to
+# measure).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-5}
@@ -19,12 +21,12 @@ ENGINE=${NPU_REGRESS_ENGINE_VENV:-$PWD/.venv-engine}/bin/python
 mkdir -p "$OUT"
 pyt() { "$@" -p no:cacheprovider -q --device cpu; }
 for i in $(seq 1 "$RUNS"); do
-  xdist=(-n 0)
-  [ $((i % 2)) = 1 ] && xdist=(-n 2)
-  pyt "$PY" -m pytest suites/test_logprob_batch_invariance.py suites/test_rl_consistency.py \
-    suites/test_collectives.py -k "not vllm and not repeat" "${xdist[@]}" \
-    --harness-results="$OUT/main-$i.jsonl" > "$OUT/main-$i.log" 2>&1
-  echo "main run $i (${xdist[*]}): $(tail -n 1 "$OUT/main-$i.log")"
+  for n in 0 2; do
+    pyt "$PY" -m pytest suites/test_logprob_batch_invariance.py suites/test_rl_consistency.py \
+      suites/test_collectives.py -k "not vllm and not repeat" -n "$n" \
+      --harness-results="$OUT/main-n$n-$i.jsonl" > "$OUT/main-n$n-$i.log" 2>&1
+    echo "main run $i (-n $n): $(tail -n 1 "$OUT/main-n$n-$i.log")"
+  done
   if [ -x "$ENGINE" ]; then
     OMP_NUM_THREADS=2 pyt "$ENGINE" -m pytest suites/test_logprob_batch_invariance.py \
       -k "vllm and not tp4 and not repeat" -n 0 --harness-results="$OUT/engine-$i.jsonl" \

@@ -18,6 +18,7 @@ from harness.drift import adopt as adopt_mod
 from harness.drift.envelope import GROWTH_CAP, Envelope, EnvelopeError, from_data
 from harness.drift.table import load, with_envelope
 from harness.logprobs import expectations
+from harness.stack import identity
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,9 +90,10 @@ def with_row(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
     table = load(expectations.DATA, expectations.KEY_FIELDS)
     table.put(Row(ROW, "differ", "measured prose",
-                  Envelope({"max_ulp": (1, 2), "max_abs": (4.8e-7, 9.5e-7),
-                            "differing": (15, 18)}, 5, "5 runs, 2026-12-06, on a test CPU",
-                           where="expectations.toml row " + "/".join(ROW))))
+                  (Envelope({"max_ulp": (1, 2), "max_abs": (4.8e-7, 9.5e-7),
+                             "differing": (15, 18)}, 5, "5 runs, 2026-12-06, on a test CPU",
+                            where="expectations.toml row " + "/".join(ROW),
+                            runner=identity.runner("cpu")),)))
     monkeypatch.setattr(expectations, "table", lambda: table)
     return table
 
@@ -180,7 +182,7 @@ def test_a_row_without_an_envelope_records_and_says_so() -> None:
         "no envelope: batch-size of tiny float32 on cpu differs (max_ulp 7)")
     assert "npu-regress expectations update" in found.why
     assert found.drift == {"table": "logprobs", "row": "record", "figures": {"max_ulp": 7},
-                           "judged": "no-envelope",
+                           "judged": "no-envelope", "runner": identity.runner("cpu"),
                            "key": {"check": "batch-size", "source": "tiny", "device": "cpu",
                                    "machine": "aarch64", "dtype": "float32", "switch": "off"}}
 
@@ -197,7 +199,18 @@ def _results(path: Path, tests: list[dict], cpu: str = "Test CPU (x86_64)") -> P
 
 def _drift(judged: str, **figures: float) -> dict:
     return {"table": "logprobs", "row": "differ", "judged": judged, "figures": figures,
-            "key": dict(zip(expectations.KEY_FIELDS, ROW, strict=True))}
+            "key": dict(zip(expectations.KEY_FIELDS, ROW, strict=True)), "runner": RUNNER}
+
+
+#: the runner of the hand-made records and the pytest runs below (a test CPU, 2 threads)
+RUNNER = {"device": "cpu", "arch": "x86_64", "vendor": "TestVendor", "features": "avx2",
+          "threads": "2"}
+
+
+@pytest.fixture
+def as_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pytest runs of this test are RUNNER's (the documented override)."""
+    monkeypatch.setenv(identity.OVERRIDE_ENV, ",".join(f"{k}={v}" for k, v in RUNNER.items()))
 
 
 def _copy_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
@@ -225,9 +238,13 @@ def test_update_adopts_the_spread_of_the_runs_and_refuses_other_failures(
     done = adopt_mod.adopt(runs, tables)
     assert done.written == [("logprobs", ROW, 5)] and done.notes == []
     row = tables["logprobs"].get(ROW)
-    assert row.envelope.figures == {"max_abs": (4.8e-7, 9.6e-7), "max_ulp": (1, 2)}
-    assert row.envelope.measured.startswith("5 runs, 2026-12-06, on Test CPU (x86_64) (cpu; "
-                                            "torch 2.13.0+cpu, verl 0.9.1)")
+    envelope = row.envelope_for(RUNNER)[0]
+    assert envelope.figures == {"max_abs": (4.8e-7, 9.6e-7), "max_ulp": (1, 2)}
+    assert envelope.measured.startswith("5 runs, 2026-12-06, on Test CPU (x86_64) (cpu; "
+                                        "torch 2.13.0+cpu, verl 0.9.1, 2 torch threads)")
+    assert envelope.runner == RUNNER
+    # the row's other runners' envelopes are kept beside it
+    assert len(row.envelopes) > 1
     assert row.outcome == "differ" and row.evidence.startswith("measured on the CI CPU")
     assert sum("test failed for another reason than a drift (harness)" in r
                for r in done.refused) == 5
@@ -245,7 +262,8 @@ def test_update_never_adopts_an_infinite_or_nan_figure(
         for i, value in enumerate((9.5e-7, float("inf"), float("nan"), 9.6e-7, 9.5e-7))]
     done = adopt_mod.adopt(runs, tables)
     assert done.written == [("logprobs", ROW, 3)], done
-    assert tables["logprobs"].get(ROW).envelope.figures["max_abs"] == (9.5e-7, 9.6e-7)
+    assert tables["logprobs"].get(ROW).envelope_for(RUNNER)[0].figures["max_abs"] == \
+        (9.5e-7, 9.6e-7)
     assert [r.split(": ", 2)[2] for r in done.refused] == [
         "not adopted: max_abs is infinite", "not adopted: max_abs is NaN"], done.refused
 
@@ -265,13 +283,14 @@ def test_a_recorded_only_figure_is_kept_shown_and_never_judged(
     tables = _copy_tables(tmp_path, monkeypatch)
     table = tables["logprobs"]
     table.put(with_envelope(table.get(ROW), Envelope({"max_ulp": (1, 1)}, 1, "1 run",
-                                                     recorded_only=("mean_abs",))))
+                                                     recorded_only=("mean_abs",),
+                                                     runner=RUNNER)))
     runs = [_results(tmp_path / f"r{i}.jsonl", [
         {"id": "a", "outcome": "xfailed", "drift": [_drift("no-envelope", max_ulp=u,
                                                             mean_abs=u * 1e-8)]}])
         for i, u in enumerate((1, 2))]
     adopt_mod.adopt(runs, tables)
-    assert table.get(ROW).envelope.recorded_only == ("mean_abs",)
+    assert table.get(ROW).envelope_for(RUNNER)[0].recorded_only == ("mean_abs",)
     assert "recorded_only = [" in table.dumps()
 
 def test_update_through_the_command_line_prints_a_diff_and_check_writes_nothing(
@@ -319,19 +338,33 @@ def test_grown(record_property):
 '''
 
 
+def _baselines(folder: Path) -> Path:
+    """A user's baselines folder holding ROW measured on RUNNER: 2..2 ULP, max |diff|
+    4.8e-7..9.5e-7 (what the shipped table's row says, whatever CPU runs this test)."""
+    from harness.drift.table import Row, Table
+
+    table = Table(folder / "logprobs.toml", expectations.KEY_FIELDS, {})
+    table.put(Row(ROW, "differ", "a test's row", (Envelope(
+        {"max_ulp": (2, 2), "max_abs": (4.8e-7, 9.5e-7)}, 5, "5 runs on a test CPU",
+        runner=RUNNER),)))
+    table.write()
+    return folder
+
+
 def _one_failed_line(pytester: pytest.Pytester, source: str) -> dict:
-    """Run ``source`` as a test file through pytest and the plugin: its one failed test's
-    line of the results file."""
+    """Run ``source`` as a test file through pytest and the plugin, as RUNNER, judged by
+    ``_baselines``: its one failed test's line of the results file."""
     pytester.makepyfile(test_d=source)
     results = pytester.path / "results.jsonl"
-    run = pytester.runpytest_subprocess(f"--harness-results={results}")
+    run = pytester.runpytest_subprocess(f"--harness-results={results}",
+                                        f"--harness-baselines={_baselines(pytester.path / 'b')}")
     run.assert_outcomes(failed=1)
     return next(json.loads(x) for x in results.read_text().splitlines()
                 if json.loads(x)["type"] == "test")
 
 
 def test_a_drift_that_grew_is_filed_as_drift_grew_with_its_record(
-        pytester: pytest.Pytester) -> None:
+        pytester: pytest.Pytester, as_runner: None) -> None:
     """Through pytest and the plugin: the failure's category is "drift-grew" where a drift
     record says the drift grew, and the results line carries the record (figures, envelope,
     how judged) for the report's trends and for expectations update."""
@@ -360,7 +393,7 @@ def test_lost(record_property):
 '''
 
 
-def test_a_lost_figure_is_filed_as_ours_through_pytest(pytester: pytest.Pytester) -> None:
+def test_a_lost_figure_is_filed_as_ours_through_pytest(pytester: pytest.Pytester, as_runner: None) -> None:
     """Issue 66, through pytest and the plugin: the category comes from the check's drift
     record (judged "unjudgeable"), "harness", naming the figure; never "drift grew", never
     a pass."""
@@ -373,7 +406,7 @@ def test_a_lost_figure_is_filed_as_ours_through_pytest(pytester: pytest.Pytester
 
 
 def test_adoption_refuses_a_grown_run_unless_accepted_and_keeps_the_reason(
-        pytester: pytest.Pytester, tmp_path: Path) -> None:
+        pytester: pytest.Pytester, tmp_path: Path, as_runner: None) -> None:
     """Issue 66: ``update`` on a results file the plugin wrote for a row that grew (2 ULP to
     5000): refused, naming the figure and the way out; with --accept-growth the row is
     written into the user's baselines folder (never the package), with the reason and the
@@ -381,8 +414,10 @@ def test_adoption_refuses_a_grown_run_unless_accepted_and_keeps_the_reason(
     than --min-runs, or runs of two runners, are never one envelope."""
     pytester.makepyfile(test_d=DRIFT_TEST)
     results = pytester.path / "results.jsonl"
-    pytester.runpytest_subprocess(f"--harness-results={results}").assert_outcomes(failed=1)
-    base = tmp_path / "repo" / "baselines"
+    base = _baselines(tmp_path / "repo" / "baselines")
+    before = (base / "logprobs.toml").read_text()
+    pytester.runpytest_subprocess(f"--harness-results={results}",
+                                  f"--harness-baselines={base}").assert_outcomes(failed=1)
     shipped = expectations.DATA.read_text()
 
     def cli(*args: str, runs: tuple[Path, ...] = (results,)) -> subprocess.CompletedProcess[str]:
@@ -391,13 +426,14 @@ def test_adoption_refuses_a_grown_run_unless_accepted_and_keeps_the_reason(
                               capture_output=True, text=True, check=False)
 
     refused = cli("--min-runs", "1")
-    assert refused.returncode == 0 and not base.exists(), refused.stderr
+    assert refused.returncode == 0, refused.stderr
+    assert (base / "logprobs.toml").read_text() == before
     assert "not adopted: its row grew (max_ulp, max_abs above its bound)" in refused.stderr, \
         refused.stderr
     assert "--accept-growth" in refused.stderr and "nothing changed" in refused.stderr
     few = cli("--accept-growth", "torch 2.14 reorders the reduction")
     assert "not written: measured over 1 run(s), --min-runs asks for 5" in few.stderr
-    assert not base.exists()
+    assert (base / "logprobs.toml").read_text() == before
     accepted = cli("--min-runs", "1", "--accept-growth", "torch 2.14 reorders the reduction")
     assert accepted.returncode == 0, accepted.stderr
     assert "max_ulp: 2..2 -> 5000..5000 (x2.5e+03)" in accepted.stderr, accepted.stderr
@@ -405,11 +441,22 @@ def test_adoption_refuses_a_grown_run_unless_accepted_and_keeps_the_reason(
     assert 'accepted_growth = "torch 2.14 reorders the reduction"' in written, written
     assert "[[row.history]]" in written and "max_ulp = [" in written
     assert expectations.DATA.read_text() == shipped  # the package's table is untouched
-    # two runners' runs (another CPU in the header) never make one envelope
+    # another runner's run (its threads) never joins this runner's envelope: each runner's
+    # runs make its own, and a record that names no runner is refused
+    lines = [json.loads(x) for x in results.read_text().splitlines()]
+    for line in lines:
+        for record in line.get("drift") or ():
+            record["runner"] = {**record["runner"], "threads": "1"}
     other = pytester.path / "other.jsonl"
-    lines = results.read_text().splitlines()
-    header = json.loads(lines[0])
-    header["cpu"] = "Another CPU (aarch64)"
-    other.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
-    mixed = cli("--min-runs", "1", "--accept-growth", "x", "--check", runs=(results, other))
-    assert "its runs are of 2 runners" in mixed.stderr, mixed.stderr
+    other.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    for record in (r for x in lines for r in x.get("drift") or ()):
+        del record["runner"]
+    unnamed = pytester.path / "unnamed.jsonl"
+    unnamed.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    mixed = cli("--min-runs", "2", "--accept-growth", "x", "--check",
+                runs=(results, other, unnamed))
+    assert mixed.stderr.count("not written: measured over 1 run(s), --min-runs asks for 2") \
+        == 2, mixed.stderr
+    assert "2 threads: not written" in mixed.stderr and "1 threads: not written" in \
+        mixed.stderr, mixed.stderr
+    assert "the record names no runner" in mixed.stderr, mixed.stderr

@@ -18,6 +18,7 @@ from harness.drift.baselines import overlay
 from harness.drift.envelope import TOTALS, Envelope, unjudgeable_sentence
 from harness.drift.figures import describe
 from harness.drift.table import Table, load
+from harness.stack import identity
 
 #: the measured gloo table (torch 2.13.0+cpu, 4 ranks, 2-core runner), a data file
 DATA = Path(__file__).with_name("expected.toml")
@@ -40,6 +41,9 @@ class CollectiveExpectation:
     measured: dict[str, Envelope | None] = field(default_factory=dict)
     #: the data file's key of the measured rows, without the dtype (empty: not a table row)
     key: tuple[str, ...] = ()
+    #: the runner judged (``harness.stack.identity``), and per dtype why no envelope is its
+    runner: dict[str, str] = field(default_factory=dict)
+    elsewhere: dict[str, str] = field(default_factory=dict)
 
 
 def expect(backend: str, collective: str, settings: str, world: int = 4
@@ -61,9 +65,12 @@ def expect(backend: str, collective: str, settings: str, world: int = 4
                 "recorded")
         ours = {d: r for d, r in rows.items() if r.key[2] == str(world)}
         first = next(iter(ours.values()))
+        here = identity.runner("cpu")  # gloo ranks compute on the host CPU
+        found = {d: r.envelope_for(here) for d, r in ours.items()}
         return CollectiveExpectation(first.outcome, first.evidence,
-                                     {d: r.envelope for d, r in ours.items()},
-                                     (collective, backend, str(world)))
+                                     {d: env for d, (env, _) in found.items()},
+                                     (collective, backend, str(world)), here,
+                                     {d: why for d, (_, why) in found.items() if why})
     if settings == "switch":
         return CollectiveExpectation(
             "equal", f"{backend} with the switch's collective settings: the switch promises "
@@ -103,8 +110,10 @@ def judge_sizes(reading: Any, expectation: CollectiveExpectation
             return "fail", (f"drift grew: {collective} on {reading.world} "
                             f"{expectation.key[1]} ranks: " + "; ".join(grew)), drift
         if any(r["judged"] == "no-envelope" for r in drift):
-            return "xfail", (f"no envelope: {rows}; the figures are recorded, not judged "
-                             "(npu-regress expectations update RESULTS.jsonl adopts them); "
+            elsewhere = "".join(f"; {d}: {why}" for d, why in expectation.elsewhere.items())
+            return "xfail", (f"no envelope: {rows}{elsewhere}; the figures are recorded, not "
+                             "judged (npu-regress expectations update RESULTS.jsonl, or learn "
+                             f"--history, adopts them into this runner's baselines); "
                              f"{expectation.why}"), drift
         if drift:
             return "xfail", (f"differs as expected, within its envelope: {rows} "
@@ -121,7 +130,8 @@ def _record(reading: Any, expectation: CollectiveExpectation, dtype: str) -> dic
     record: dict[str, Any] = {
         "table": "collectives", "row": expectation.sizes, "figures": figures,
         TOTALS: raw.get(TOTALS, {}),
-        "key": dict(zip(KEY_FIELDS, (*expectation.key, dtype), strict=True))}
+        "key": dict(zip(KEY_FIELDS, (*expectation.key, dtype), strict=True)),
+        "runner": dict(expectation.runner)}
     if not figures["sizes_differing"]:
         record["judged"] = "equal"
     elif envelope is None:

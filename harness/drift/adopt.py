@@ -11,9 +11,11 @@ correct, not its envelope), or when the run cannot measure the row (too few thre
 
 Adoption cannot swallow a regression: a run whose row grew is refused unless the growth is
 accepted with a reason (``--accept-growth``), which the row keeps in its ``history`` with the
-envelope it replaced; a row measured over fewer than ``min_runs`` runs, or over runs of
-different runners' identities (device kind, CPU, accelerator), is not written. Every row
-written says, per figure, its old range, its new one and the factor."""
+envelope it replaced; a row measured over fewer than ``min_runs`` runs is not written. Each
+record names the runner it was computed on (``harness.stack.identity``: the accelerator or
+CPU, and the torch threads): runs of one runner make that runner's envelope of the row,
+never another's, and a record that names no runner is refused. Every row written says, per
+figure, its old range, its new one and the factor."""
 
 from __future__ import annotations
 
@@ -22,13 +24,17 @@ import json
 import sys
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from harness.drift.envelope import DEFAULT_TOLERANCE, Envelope, EnvelopeError
 from harness.drift.figures import judged, unusable
-from harness.drift.table import Row, Table
+from harness.drift.table import Row, Table, with_envelope
+from harness.stack import identity
+
+#: a row's envelope for one runner: (table, row key, the runner's label)
+_Slot = tuple[str, tuple[str, ...], str]
 
 #: the runs a row's envelope should be measured over (docs/drift.md); fewer are adopted
 #: and said
@@ -45,21 +51,6 @@ class Adoption:
     refused: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)
-
-
-def identity(header: dict[str, Any]) -> str:
-    """What chooses a run's kernels, as its header says: device kind, CPU (vendor, machine,
-    kernel-choosing features) and the accelerator's name, where there is one. Runs of two
-    identities never make one envelope."""
-    device = header.get("device") or {}
-    hardware = header.get("hardware") or {}
-    accelerator = ""
-    if isinstance(hardware, dict):
-        accelerator = str(hardware.get("soc") or hardware.get("soc_name")
-                          or hardware.get("name") or "")
-    parts = [str(device.get("kind", "?")) if isinstance(device, dict) else "?",
-             str(header.get("cpu") or header.get("platform") or "?")]
-    return "; ".join(parts + ([accelerator] if accelerator else []))
 
 
 @dataclass
@@ -106,20 +97,32 @@ def adopt(paths: list[Path], tables: dict[str, Table], *,
     tolerance); ``accept_growth``: the reason a grown row is adopted anyway."""
     done = Adoption()
     runs = read_runs(paths)
-    figures: dict[tuple[str, tuple[str, ...]], list[dict[str, float]]] = defaultdict(list)
-    rows: dict[tuple[str, tuple[str, ...]], str] = {}
+    #: per (table, row key, runner): the figures of each run
+    figures: dict[_Slot, list[dict[str, float]]] = defaultdict(list)
+    rows: dict[_Slot, str] = {}
+    runners: dict[_Slot, dict[str, str]] = {}
     #: the runs (results files) a row was measured in: a row that a file reports twice (two
     #: targets' cases, hf and hf-left) is one run of it
-    where: dict[tuple[str, tuple[str, ...]], dict[Path, dict[str, Any]]] = defaultdict(dict)
-    grown: dict[tuple[str, tuple[str, ...]], list[str]] = defaultdict(list)
+    where: dict[_Slot, dict[Path, dict[str, Any]]] = defaultdict(dict)
+    grown: dict[_Slot, list[str]] = defaultdict(list)
     for run in runs:
         for test in run.tests:
             for record in test.get("drift") or []:
                 if isinstance(record, dict) and record.get("judged") in ("equal", "none"):
                     continue  # nothing differed: no figure to adopt
-                key = _key(record, tables, run.path, test, done)
-                if key is None:
+                found = _key(record, tables, run.path, test, done)
+                if found is None:
                     continue
+                runner = record.get("runner")
+                if not isinstance(runner, dict) or not runner:
+                    done.refused.append(
+                        f"{run.path}: {test.get('id')}: not adopted: the record names no "
+                        "runner (written before envelopes were keyed by the runner's "
+                        "identity); run the suites again with this npu-regress")
+                    continue
+                runner = {str(k): str(v) for k, v in runner.items()}
+                key = (*found, identity.label(runner))
+                runners[key] = runner
                 why = _refusal(test, record, accept_growth)
                 if why:
                     done.refused.append(f"{run.path}: {test.get('id')}: {why}")
@@ -135,18 +138,15 @@ def adopt(paths: list[Path], tables: dict[str, Table], *,
                 where[key][run.path] = run.header
                 if record.get("judged") == "grew":
                     grown[key].append(f"{run.path.name}: {', '.join(record.get('grew') or [])}")
-    for (name, key), measured in figures.items():
+    for slot, measured in figures.items():
+        name, key, label = slot
         table = tables[name]
-        headers = where[(name, key)]
+        headers = where[slot]
         count = len(headers)
-        identities = sorted({identity(h) for h in headers.values()})
-        if len(identities) > 1:
-            done.refused.append(f"{table.where(key)}: not written: its runs are of "
-                                f"{len(identities)} runners ({' | '.join(identities)}); "
-                                "one envelope is one runner's: give one runner's runs")
-            continue
+        runner = runners[slot]
+        at = f"{table.where(key)} on {label}"
         if count < min_runs:
-            done.refused.append(f"{table.where(key)}: not written: measured over {count} "
+            done.refused.append(f"{at}: not written: measured over {count} "
                                 f"run(s), --min-runs asks for {min_runs}")
             continue
         names = sorted({n for m in measured for n in m})
@@ -156,31 +156,33 @@ def adopt(paths: list[Path], tables: dict[str, Table], *,
         old = table.get(key)
         # a row new to ``tables`` starts from the shipped table's (its outcome, tolerance)
         base = old or (shipped[name].get(key) if shipped and name in shipped else None)
-        kept = base.envelope if base and base.envelope else None
-        envelope = Envelope(ranges, count, _measured(list(headers.values())),
-                            kept.tolerance if kept else DEFAULT_TOLERANCE, table.where(key),
-                            kept.recorded_only if kept else ())
+        kept = base.envelope_for(runner)[0] if base else None
+        # a figure's settings (tolerance, recorded only) are the row's, whichever runner
+        like = kept or (base.envelopes[0] if base and base.envelopes else None)
+        envelope = Envelope(ranges, count, _measured(list(headers.values()), runner),
+                            like.tolerance if like else DEFAULT_TOLERANCE, table.where(key),
+                            like.recorded_only if like else (), runner)
         if old is None:
-            outcome = base.outcome if base else rows[(name, key)]
+            outcome = base.outcome if base else rows[slot]
             extra = {k: v for k, v in (base.extra if base else {}).items() if k != "history"}
-            old = Row(key, outcome, "", None, extra)
+            old = Row(key, outcome, "", base.envelopes if base else (), extra)
         # a row's prose is kept where a maintainer wrote it, else written from the data
         evidence = (old.evidence if old.evidence and not old.evidence.startswith(
             ("learned from", "adopted:")) else
             f"learned from this runner's own runs: {envelope.measured}")
         history = list(old.extra.get("history", []))
-        if grown[(name, key)] and accept_growth:
-            history.append({"date": today, "accepted_growth": accept_growth,
-                            "grew_in": grown[(name, key)],
+        if grown[slot] and accept_growth:
+            history.append({"date": today, "accepted_growth": accept_growth, "runner": label,
+                            "grew_in": grown[slot],
                             "replaced": {n: list(r) for n, r in (kept.figures.items()
                                                                   if kept else ())},
                             "replaced_measured": kept.measured if kept else ""})
         extra = {**old.extra, **({"history": history} if history else {})}
-        table.put(Row(key, old.outcome, evidence, envelope, extra))
+        table.put(with_envelope(replace(old, evidence=evidence, extra=extra), envelope))
         done.written.append((name, key, count))
-        done.figures.extend(_compare(table.where(key), kept, ranges))
+        done.figures.extend(_compare(at, kept, ranges))
         if count < MIN_RUNS:
-            done.notes.append(f"{table.where(key)}: measured over {count} run(s); "
+            done.notes.append(f"{at}: measured over {count} run(s); "
                               f"docs/drift.md asks for {MIN_RUNS} to see the spread")
     return done
 
@@ -235,7 +237,7 @@ def _refusal(test: dict[str, Any], record: dict[str, Any],
     return ""
 
 
-def _measured(headers: list[dict[str, Any]]) -> str:
+def _measured(headers: list[dict[str, Any]], runner: dict[str, str]) -> str:
     """Where and when: the runs' dates, CPU, and the stack they ran."""
     dates = sorted(str(h.get("start", ""))[:10] for h in headers if h.get("start"))
     span = (dates[0] if dates and dates[0] == dates[-1] else
@@ -246,8 +248,9 @@ def _measured(headers: list[dict[str, Any]]) -> str:
                       if v and k in ("torch", "torch_npu", "vllm", "vllm_ascend", "verl"))
     device = (first.get("device") or {}).get("kind", "?")
     runs = f"{len(headers)} run{'s' if len(headers) != 1 else ''}"
+    threads = f", {runner['threads']} torch threads" if runner.get("threads") else ""
     return (f"{runs}, {span}, on {first.get('cpu') or first.get('platform', '?')}"
-            f" ({device}; {stack})")
+            f" ({device}; {stack}{threads})")
 
 
 def update(results: list[Path], tables: Callable[[], dict[str, Table]], *,

@@ -82,6 +82,10 @@ class Envelope:
     #: non-reproducible schedule touched (HTTP arrivals), not how far each moved; the row's
     #: evidence says why
     recorded_only: tuple[str, ...] = ()
+    #: the runner it was measured on (``harness.stack.identity``); it judges only a runner
+    #: of the same identity, field for field (empty: measured before envelopes named their
+    #: runner, matching none)
+    runner: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.figures:
@@ -171,7 +175,7 @@ class Envelope:
                      f"{self.tolerance:g}x would reach the total {totals[n]:g}"
                   for n in bounds if bounds[n] != self.bound(n)}
         return {"runs": self.runs, "measured": self.measured, "tolerance": self.tolerance,
-                "judged_by": self.where,
+                "judged_by": self.where, "runner": dict(self.runner),
                 "figures": {n: list(r) for n, r in self.figures.items()},
                 "bounds": bounds, **({"capped": capped} if capped else {}),
                 **({"recorded_only": list(self.recorded_only)} if self.recorded_only else {})}
@@ -194,7 +198,7 @@ def from_data(data: Mapping[str, Any], where: str) -> Envelope:
     ``[lo, hi]`` per figure)."""
     figures: dict[str, tuple[float, float]] = {}
     for name, value in data.items():
-        if name in ("runs", "measured", "tolerance", "recorded_only"):
+        if name in ("runs", "measured", "tolerance", "recorded_only", "runner"):
             continue
         if (not isinstance(value, list) or len(value) != 2
                 or not all(isinstance(v, (int, float)) for v in value)):
@@ -208,6 +212,12 @@ def from_data(data: Mapping[str, Any], where: str) -> Envelope:
     if not isinstance(recorded_only, list) or not all(n in JUDGED for n in recorded_only):
         raise EnvelopeError(f"{where}: recorded_only = {recorded_only!r}: give a list of "
                             f"figures ({', '.join(JUDGED)})")
+    runner = data.get("runner", {})
+    if not isinstance(runner, Mapping) or not all(isinstance(v, (str, int))
+                                                  for v in runner.values()):
+        raise EnvelopeError(f"{where}: runner = {runner!r}: give the identity it was measured "
+                            "on as a table of fields (npu-regress expectations update writes "
+                            "it)")
     return Envelope(figures, runs, str(data.get("measured", "")),
                     float(data.get("tolerance", DEFAULT_TOLERANCE)), where,
-                    tuple(recorded_only))
+                    tuple(recorded_only), {str(k): str(v) for k, v in runner.items()})

@@ -1,5 +1,6 @@
 """An expectation table as a data file beside its code: one ``[[row]]`` per key, with its
-outcome, the prose evidence, and (where measured) its ``[row.envelope]``.
+outcome, the prose evidence, and (where measured) its ``[[row.envelope]]``: one per runner
+it was measured on (``runner``, ``harness.stack.identity``), each judging that runner only.
 
 A family names its key fields (the logprob table: check, source, device, machine, dtype,
 switch); the file's leading comment lines are its header and are kept when the file is
@@ -8,7 +9,7 @@ written again, so that ``npu-regress expectations update`` gives a diff to revie
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from harness.drift.envelope import DEFAULT_TOLERANCE, Envelope, EnvelopeError, from_data
+from harness.stack import identity
 
 #: "equal" must hold; "differ" must differ, inside its envelope; "gap" a known coverage gap
 #: (an XFAIL inside its envelope); "not-from" a diagnosis; "record" no claim (recorded)
@@ -30,9 +32,24 @@ class Row:
     key: tuple[str, ...]
     outcome: str
     evidence: str
-    envelope: Envelope | None = None
-    #: the family's own fields (the logprob table's ``threads`` and ``op``)
+    #: one per runner identity it was measured on
+    envelopes: tuple[Envelope, ...] = ()
+    #: the family's own fields (the logprob table's ``op``, a row's ``history``)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def envelope_for(self, here: Mapping[str, str]) -> tuple[Envelope | None, str]:
+        """The envelope measured on a runner of ``here``'s identity, exactly; else None and
+        why: the nearest envelope's runner and each field that differs."""
+        for envelope in self.envelopes:
+            if identity.matches(envelope.runner, here):
+                return envelope, ""
+        if not self.envelopes:
+            return None, ""
+        near = identity.nearest([e.runner for e in self.envelopes], here) or {}
+        apart = identity.differences(near, here) if near else ["it names no runner"]
+        return None, (f"no envelope for this runner ({identity.label(here)}): the nearest, "
+                      f"measured on {identity.label(near)}, differs in "
+                      + "; ".join(apart))
 
 
 @dataclass
@@ -63,16 +80,8 @@ class Table:
             data["outcome"] = row.outcome
             data.update(row.extra)
             data["evidence"] = row.evidence
-            if row.envelope is not None:
-                env: dict[str, Any] = {"runs": row.envelope.runs,
-                                       "measured": row.envelope.measured}
-                if row.envelope.tolerance != DEFAULT_TOLERANCE:
-                    env["tolerance"] = row.envelope.tolerance
-                if row.envelope.recorded_only:
-                    env["recorded_only"] = list(row.envelope.recorded_only)
-                for name, (lo, hi) in row.envelope.figures.items():
-                    env[name] = [lo, hi]
-                data["envelope"] = env
+            if row.envelopes:
+                data["envelope"] = [_dump(envelope) for envelope in row.envelopes]
             rows.append(data)
         body = tomli_w.dumps({"row": rows}, multiline_strings=False)
         return "".join(f"{line}\n" for line in self.header) + ("\n" if self.header else "") \
@@ -81,6 +90,19 @@ class Table:
     def write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(self.dumps(), encoding="utf-8")
+
+
+def _dump(envelope: Envelope) -> dict[str, Any]:
+    env: dict[str, Any] = {"runs": envelope.runs, "measured": envelope.measured}
+    if envelope.tolerance != DEFAULT_TOLERANCE:
+        env["tolerance"] = envelope.tolerance
+    if envelope.recorded_only:
+        env["recorded_only"] = list(envelope.recorded_only)
+    for name, (lo, hi) in envelope.figures.items():
+        env[name] = [lo, hi]
+    if envelope.runner:
+        env["runner"] = dict(envelope.runner)
+    return env
 
 
 def load(path: Path, key_fields: Iterable[str], label: str = "") -> Table:
@@ -110,12 +132,24 @@ def load(path: Path, key_fields: Iterable[str], label: str = "") -> Table:
                                 f"{', '.join(OUTCOMES)}")
         if key in table.rows:
             raise EnvelopeError(f"{where}: the key is there twice; keep one")
-        envelope = from_data(raw["envelope"], where) if "envelope" in raw else None
+        found = raw.get("envelope", [])
+        found = [found] if isinstance(found, dict) else found  # one table: an older file
+        envelopes = tuple(from_data(env, where) if isinstance(env, dict) else
+                          _not_a_table(env, where) for env in found)
+        runners = [identity.label(e.runner) for e in envelopes]
+        if len(set(runners)) < len(runners):
+            raise EnvelopeError(f"{where}: two envelopes of one runner; keep one")
         extra = {k: v for k, v in raw.items()
                  if k not in (*key_fields, "outcome", "evidence", "envelope")}
-        table.rows[key] = Row(key, raw["outcome"], raw["evidence"], envelope, extra)
+        table.rows[key] = Row(key, raw["outcome"], raw["evidence"], envelopes, extra)
     return table
 
 
-def with_envelope(row: Row, envelope: Envelope | None) -> Row:
-    return replace(row, envelope=envelope)
+def _not_a_table(value: Any, where: str) -> Envelope:
+    raise EnvelopeError(f"{where}: envelope = {value!r}: give a [[row.envelope]] table")
+
+
+def with_envelope(row: Row, envelope: Envelope) -> Row:
+    """``row`` with ``envelope`` in place of the one of the same runner (or added)."""
+    kept = tuple(e for e in row.envelopes if dict(e.runner) != dict(envelope.runner))
+    return replace(row, envelopes=(*kept, envelope))

@@ -34,6 +34,7 @@ from harness.drift.baselines import overlay
 from harness.drift.envelope import TOTALS, Envelope, unjudgeable_sentence
 from harness.drift.figures import describe, judged
 from harness.drift.table import Table, load
+from harness.stack import identity
 
 #: the table, a data file beside this module (shipped in the wheel); ``npu-regress
 #: expectations update`` writes its envelopes
@@ -57,8 +58,11 @@ class Expectation:
     #: "not-from": the op (a prefix of the recorder's name) that must not be the first
     #: divergent op
     op: str = ""
-    #: the figures' measured envelope (None: no envelope for this row)
+    #: the figures' envelope measured on this runner's identity (None: none for this runner)
     envelope: Envelope | None = None
+    #: why there is none for this runner where the row has others (the nearest's runner and
+    #: the fields that differ)
+    elsewhere: str = ""
     #: the data file's key of the row (empty: no row, the default for the case)
     key: tuple[str, ...] = field(default=(), compare=False)
 
@@ -69,13 +73,14 @@ def table() -> Table:
     return overlay(load(DATA, KEY_FIELDS), "logprobs")
 
 
-def _entry(key: tuple[str, ...]) -> Expectation | None:
+def _entry(key: tuple[str, ...], here: Mapping[str, str]) -> Expectation | None:
     row = table().get(key)
     if row is None:
         return None
+    envelope, elsewhere = row.envelope_for(here)
     return Expectation(None if row.outcome == "record" else row.outcome, row.evidence,
                        int(row.extra.get("threads", 0)), str(row.extra.get("op", "")),
-                       row.envelope, key)
+                       envelope, elsewhere, key)
 
 
 def family(source: str) -> str:
@@ -109,13 +114,16 @@ def machine_kind() -> str:
 
 
 def expectation(check: str, source: str, device_kind: str, dtype: str, enabled: bool,
-                machine: str | None = None) -> Expectation:
+                machine: str | None = None, runner: Mapping[str, str] | None = None
+                ) -> Expectation:
     """The table's entry for this case: the CPU kind's own (``x86_64+amx``) first, then the
-    architecture's."""
+    architecture's (the claim: differ, gap, equal); its envelope only where one was measured
+    on ``runner``'s identity exactly (default: this runner's, ``harness.stack.identity``)."""
     machine = machine or machine_kind()
+    here = runner if runner is not None else identity.runner(device_kind)
     switch = "on" if enabled else "off"
     for kind in dict.fromkeys((machine, machine.split("+")[0])):
-        found = _entry((check, family(source), device_kind, kind, dtype, switch))
+        found = _entry((check, family(source), device_kind, kind, dtype, switch), here)
         if found is not None:
             return found
     if enabled or check in ("repeat", "repeat-under-load"):
@@ -155,12 +163,14 @@ def judge_drift(check: str, equal: bool, cases: int, source: str, device_kind: s
     with (0: unknown); ``first_op``: the first divergent op of the first difference (None:
     not localised); ``figures``: the size of the difference (``harness.drift.figures``),
     judged against the row's envelope where the row may differ."""
-    expect = expectation(check, source, device_kind, dtype, enabled, machine)
+    here = identity.runner(device_kind, threads)
+    expect = expectation(check, source, device_kind, dtype, enabled, machine, here)
     raw = dict(figures or {})
     figures = judged(raw)
     record: dict[str, Any] = {"table": "logprobs", "key": dict(zip(KEY_FIELDS, expect.key,
                                                                      strict=False)),
-                              "row": expect.outcome or "record", "figures": figures}
+                              "row": expect.outcome or "record", "figures": figures,
+                              "runner": here}
     if isinstance(raw.get(TOTALS), Mapping):
         record[TOTALS] = dict(raw[TOTALS])
     outcome, why = _judge(expect, check, equal, cases, source, device_kind, dtype, outside,
@@ -179,7 +189,8 @@ def _judge(expect: Expectation, check: str, equal: bool, cases: int, source: str
         record["not_adoptable"] = (f"ran with {threads} torch threads; the row is measured "
                                    f"with {expect.threads}")
         expect = Expectation(None, f"{expect.measured}; measured with {expect.threads} torch "
-                                   f"threads, this run had {threads}", key=expect.key)
+                                   f"threads, this run had {threads}", key=expect.key,
+                             elsewhere=expect.elsewhere)
     gap = f"; ran outside the invariant set: {outside}" if outside else ""
     if expect.outcome == "equal":
         if equal:
@@ -204,11 +215,12 @@ def _judge(expect: Expectation, check: str, equal: bool, cases: int, source: str
     if expect.envelope is None:
         record["judged"] = "no-envelope"
         known = "known coverage gap: " if expect.outcome == "gap" else ""
+        none = expect.elsewhere or "no envelope for this row says how much it may"
         return "xfailed", (
             f"{known}no envelope: {check} of {source} {dtype} on {device_kind} differs "
-            f"({size}), and no envelope for this row says how much it may "
-            f"({expect.measured}){gap}; its figures are recorded, not judged "
-            "(npu-regress expectations update RESULTS.jsonl adopts them)")
+            f"({size}), and {none} ({expect.measured}){gap}; its figures are recorded, not "
+            "judged (npu-regress expectations update RESULTS.jsonl, or learn --history, adopts "
+            "them into this runner's baselines)")
     grew = expect.envelope.judge(raw, record)
     if record["judged"] == "unjudgeable":  # fails closed, as ours
         return "failed", unjudgeable_sentence(

@@ -30,6 +30,7 @@ from harness.isolation.server import (
     ReplacingForkServer,
 )
 from harness.plugin import options
+from harness.stack import identity
 from harness.stack.devices import (
     DEVICE_ENV,
     DeviceError,
@@ -185,6 +186,9 @@ def open_session(config: pytest.Config) -> HarnessSession:
         device=device, timeout=timeout, method=method, preload=preload, npu=npu,
         worker_id=workerinput.get("workerid") if workerinput else None,
         preload_explicit=explicit, ranks=ranks)
+    # what chooses the kernels, for every envelope this session's processes judge by
+    identity.publish(device.kind, identity.accelerator_fields(
+        device.kind, npu.to_dict() if npu else None, device.to_dict()))
     return session
 
 

@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 KINDS = ("npu", "cuda", "cpu")
@@ -39,6 +39,11 @@ except Exception as exc:
     out["npu_error"] = f"{type(exc).__name__}: {exc}"
 try:
     out["cuda_count"] = int(torch.cuda.device_count()) if torch.version.cuda else 0
+    if out["cuda_count"]:
+        major, minor = torch.cuda.get_device_capability(0)
+        out["cuda_identity"] = {"name": torch.cuda.get_device_name(0),
+                                "capability": f"{major}.{minor}",
+                                "cuda": str(torch.version.cuda)}
 except Exception as exc:
     out["cuda_error"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(out))
@@ -59,6 +64,9 @@ class DeviceInfo:
     npu_missing: str | None
     torch_version: str | None
     torch_npu_version: str | None
+    #: a CUDA device's name, compute capability and CUDA (the probe's; the runner's
+    #: identity, ``harness.stack.identity``)
+    accelerator: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -165,7 +173,9 @@ def detect(requested: str = "auto", count_override: int | None = None) -> Device
         npu_missing = None
     elif npu_missing is None:
         npu_missing = f"the session device is {kind} ({reason})"
-    return DeviceInfo(kind, count, reason, npu_missing, torch_version, npu_version)
+    accelerator = info.get("cuda_identity") if kind == "cuda" else None
+    return DeviceInfo(kind, count, reason, npu_missing, torch_version, npu_version,
+                      dict(accelerator) if isinstance(accelerator, dict) else {})
 
 
 def worker_index(worker_id: str | None) -> int | None:
