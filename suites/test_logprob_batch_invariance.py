@@ -35,6 +35,7 @@ from harness.logprobs.cases import pick_target, run_logprob_case
 from harness.logprobs.expectations import CHECKS, judge_drift
 from harness.logprobs.properties import compare_repeat, processes_agreeing
 from harness.plugin import SESSION_KEY
+from harness.plugin.verdicts import file_as
 
 
 def _unavailable(source: str, device_kind: str, visible: int) -> str | None:
@@ -93,6 +94,7 @@ def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: s
     if report.cannot:
         pytest.skip(f"{source} cannot run {check}: " + "; ".join(report.cannot))
     if report.vacuous:  # a flat distribution proves nothing: never a pass
+        file_as(record_property, "vacuous", f"vacuous: {source}: {report.vacuous}")
         pytest.fail(f"{source}: {report.vacuous}\n{report.table()}", pytrace=False)
     if report.not_comparable:  # the harness ran the processes apart: ours, not the stack's
         pytest.fail(f"{source}: not comparable: {'; '.join(report.not_comparable)}\n"

@@ -32,6 +32,7 @@ import pytest
 from harness.logprobs import serving, vllm_source
 from harness.logprobs.expectations import judge_drift
 from harness.plugin import SESSION_KEY
+from harness.plugin.verdicts import file_as
 
 
 @pytest.mark.isolation_timeout(600)
@@ -50,6 +51,7 @@ def test_logprob_serving(prop: str, switch: str, dtype: str, request, run_on_npu
     # the logprob family's property: the report shows these rows beside the batch-size ones
     record_property("logprob_report", report.summary())
     if report.vacuous:  # the condition the property claims did not happen: never a pass
+        file_as(record_property, "vacuous", f"vacuous: {prop}: {report.vacuous}")
         pytest.fail(f"{prop}: {report.vacuous}\n{report.table()}", pytrace=False)
     if report.wrong:  # wrong whatever the switch: no size to judge
         pytest.fail(f"{prop}: wrong whatever the switch:\n"
@@ -86,6 +88,7 @@ def test_logprob_serving_http(switch: str, dtype: str, request, run_on_npu,
                         env={"VLLM_BATCH_INVARIANT": None}).value
     record_property("logprob_report", report.summary())
     if report.vacuous:
+        file_as(record_property, "vacuous", f"vacuous: {report.prop}: {report.vacuous}")
         pytest.fail(f"{report.prop}: {report.vacuous}\n{report.table()}", pytrace=False)
     outcome, why, drift = judge_drift("serving-http", report.equal, report.cases, "vllm",
                                       device.kind, dtype, enabled, figures=report.figures())

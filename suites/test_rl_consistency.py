@@ -25,6 +25,7 @@ from harness.logprobs.cases import pick_target
 from harness.logprobs.expectations import judge_drift
 from harness.logprobs.training import LAYOUTS, run_training_case
 from harness.plugin import SESSION_KEY
+from harness.plugin.verdicts import file_as
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -43,6 +44,7 @@ def test_training_micro_batch_invariance(layout: str, switch: str, dtype: str, r
                         env=target.switch_env(enabled)).value
     record_property("logprob_report", report.summary())
     if report.vacuous:  # another computation than the one claimed: never a pass
+        file_as(record_property, "vacuous", f"vacuous: {layout}: {report.vacuous}")
         pytest.fail(f"{layout}: {report.vacuous}\n{report.table()}", pytrace=False)
     outcome, why, drift = judge_drift("micro-batch", report.equal, report.cases,
                                       f"training-{layout}", device.kind, dtype, enabled,
@@ -104,6 +106,7 @@ def test_rollout_vs_training(dtype: str, rollouts, request, run_on_npu,
                                       figures=found.figures())
     record_property("drift", [drift])
     if found.layers.get("not_captured"):  # a claimed capture that did not happen
+        file_as(record_property, "vacuous", f"vacuous: {found.where()}")
         pytest.fail(f"vacuous: {found.where()}", pytrace=False)
     text = f"{found.engine} vs {found.trainer}: {found.summary()}; {found.where()}"
     if outcome == "failed":

@@ -303,3 +303,53 @@ def test_a_vacuous_or_not_comparable_failure_is_filed_as_such(pytester: pytest.P
         "test_flat": "vacuous"}
     assert records["test_other_weights"]["verdict"]["reason"] == \
         "not comparable: another checkpoint"
+
+
+def test_the_category_comes_from_the_check_and_a_text_fallback_says_so(
+        pytester: pytest.Pytester) -> None:
+    """Issue 67: a check states its category where it decides (``file_as``), whatever its
+    failure text reads: the text "drift grew" of a vacuous check is filed vacuous, and a
+    vacuous check with no recorded property is still vacuous. Text matching is the fallback
+    for code that is not ours (an exception raised in the harness), and says so."""
+    pytester.makepyfile(test_stated="""
+        import pytest
+        from harness.plugin.verdicts import file_as
+
+        def test_vacuous_stated(record_property):
+            file_as(record_property, "vacuous", "vacuous: no routing near-tie in 48 tokens")
+            pytest.fail("drift grew: max_ulp 9 above its bound 3", pytrace=False)
+
+        def test_nothing_stated(record_property):
+            pytest.fail("vacuous: no routing near-tie in 48 tokens", pytrace=False)
+
+        def test_unknown_category(record_property):
+            file_as(record_property, "probably-fine", "no")
+    """)
+    pytester.runpytest("-p", "no:cacheprovider", "--harness-results=r.jsonl")
+    records = {r["id"].split("::")[1]: r for r in map(json.loads, (
+        pytester.path / "r.jsonl").read_text().splitlines()) if r["type"] == "test"}
+    stated = records["test_vacuous_stated"]
+    assert stated["category"] == "vacuous" and stated["verdict"] == {
+        "category": "vacuous", "reason": "vacuous: no routing near-tie in 48 tokens",
+        "by": "check"}, stated
+    # nothing stated, nothing recorded: no category is made up from the words
+    assert records["test_nothing_stated"]["category"] is None
+    assert "is not one of release-finding" in records["test_unknown_category"]["longrepr"]
+
+
+def test_a_category_read_from_the_failure_text_says_so() -> None:
+    """The fallback: an exception raised in the harness's own code, read from the text."""
+    from harness.plugin.verdicts import BY_TEXT, HARNESS_DIR, Verdicts
+
+    class Report:
+        longrepr = ('Traceback (most recent call last):\n  File "'
+                    f'{HARNESS_DIR / "drift" / "table.py"}", line 3, in load\n'
+                    "KeyError: 'row'\n")
+        user_properties: list = []
+
+    found = Verdicts.__new__(Verdicts)
+    found.stack, found._declared = {}, set()
+    report = Report()
+    found._file(report)  # type: ignore[arg-type]
+    [(name, verdict)] = report.user_properties
+    assert name == "verdict" and verdict["category"] == "harness" and verdict["by"] == BY_TEXT

@@ -12,7 +12,11 @@ release their cases are strict expected failures ("known-finding"), a case that 
 stays a failure.
 
 The category travels in ``user_properties`` (``verdict``), so the results file, the JUnit
-XML and xdist all carry it."""
+XML and xdist all carry it. It is data where it can be: a check states it where it decides
+(``file_as``, or the properties it records: ``vacuous``, a logprob report's ``vacuous`` or
+``not_comparable``, a drift record judged ``grew`` or ``unjudgeable``); the failure text is
+read only for failures of code that is not ours (an import, a stand-in, an exception in the
+harness), and a verdict filed from it says so (``by``: ``failure text``)."""
 
 from __future__ import annotations
 
@@ -44,6 +48,25 @@ _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+', re.MULTILINE)
 _MISSING = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '(?P<mod>[^']+)'")
 _RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|ApiMoved))\b",
                      re.MULTILINE)
+
+
+# --- a check states its category ---------------------------------------------------------
+
+#: where a verdict's category came from: the check's own statement or recorded properties,
+#: or the failure text (code that is not ours, or a check that stated nothing)
+BY_CHECK, BY_RECORD, BY_TEXT = "check", "recorded properties", "failure text"
+
+
+def file_as(record_property: Any, category: str, reason: str) -> None:
+    """Called by a check before it fails: the failure is filed as ``category`` (one of
+    ``harness.report.schema.CATEGORIES``: ``vacuous``, ``not-comparable``, ``harness``...)
+    for ``reason``, whatever its text says. ``record_property``: pytest's fixture."""
+    from harness.report.schema import CATEGORIES
+
+    if category not in CATEGORIES:
+        raise ValueError(f"file_as: category {category!r} is not one of "
+                         f"{', '.join(CATEGORIES)}")
+    record_property("verdict", {"category": category, "reason": reason, "by": BY_CHECK})
 
 
 # --- what a ledger entry covers -----------------------------------------------------------
@@ -203,7 +226,7 @@ class Verdicts:
         found = cause(str(report.longrepr or ""), self._declared)
         pairing = self.stack.get("pairing") or {}
         if found is not None:
-            self._set(report, *found)
+            self._set(report, *found, by=BY_TEXT)
         elif self.kind == "forward":
             # the forward profile pairs releases that do not declare each other: every
             # failure of it (the pairing's own included) is about the next releases
@@ -216,19 +239,23 @@ class Verdicts:
             self._set(report, "unsupported-stack",
                       "on an unsupported stack: " + "; ".join(pairing.get("problems", [])))
         elif unproven := _unproven(report):
-            self._set(report, *unproven)
+            self._set(report, *unproven, by=BY_RECORD)
         elif lost := _drift_records(report, "unjudgeable", "unjudgeable"):
             # a figure the judge needs went missing in our code: ours, never a pass
             self._set(report, "harness", "a judged figure could not be read: "
-                      + "; ".join(lost))
+                      + "; ".join(lost), by=BY_RECORD)
         else:
             grew = _drift_records(report, "grew", "grew")
             if grew:  # a release finding whose evidence is a size: apart on the cards
-                self._set(report, "drift-grew", "drift grew: " + "; ".join(grew))
+                self._set(report, "drift-grew", "drift grew: " + "; ".join(grew),
+                          by=BY_RECORD)
 
     @staticmethod
-    def _set(report: pytest.TestReport, category: str, reason: str) -> None:
-        report.user_properties.append(("verdict", {"category": category, "reason": reason}))
+    def _set(report: pytest.TestReport, category: str, reason: str, by: str = "") -> None:
+        verdict = {"category": category, "reason": reason}
+        if by:
+            verdict["by"] = by
+        report.user_properties.append(("verdict", verdict))
 
 
 def _drift_records(report: pytest.TestReport, judged: str, field: str) -> list[str]:
