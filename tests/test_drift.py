@@ -320,7 +320,14 @@ def test_update_through_the_command_line_prints_a_diff_and_check_writes_nothing(
     assert written.returncode == 0 and ": review the diff" in written.stderr
     assert (tree / "harness/logprobs/expectations.toml").read_text() != before
     bad = cli(str(tmp_path / "missing.jsonl"))
-    assert bad.returncode == 2 and "missing.jsonl: cannot read it" in bad.stderr
+    assert bad.returncode == 2 and "missing.jsonl: no such results file" in bad.stderr
+    # a line that cannot be read is named and counted as the report names it, and the
+    # file is not adopted (never an envelope from part of a night)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(result.read_text() + '{"type": "test", "id": "b", "outc\n')
+    bad = cli(str(cut))
+    assert bad.returncode == 2 and "cut.jsonl: 1 line(s) could not be read (cut.jsonl:" \
+        in bad.stderr and "not readable" in bad.stderr, bad.stderr
 
 
 DRIFT_TEST = '''

@@ -352,7 +352,8 @@ def test_a_line_that_cannot_be_read_is_named_and_counted(pytester: pytest.Pytest
     text = results.read_text()
     results.write_text(text + text.splitlines()[1][:40] + "\n")  # a line cut short
     with pytest.raises(ReproError, match=r"has no test 'test_a.py::test_b', and 1 line\(s\) "
-                                         r"could not be read \(line \d+"):
+                                         r"could not be read \(results.jsonl:\d+: not "
+                                         r"readable"):
         reproduce("test_a.py::test_b", results, tmp_path / "out", verify=False)
     with pytest.raises(ReproError, match="not a case of any ledger finding"):
         reproduce("test_a.py::test_a", results, tmp_path / "out", verify=False)

@@ -20,7 +20,6 @@ figure, its old range, its new one and the factor."""
 from __future__ import annotations
 
 import difflib
-import json
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from typing import Any
 from harness.drift.envelope import DEFAULT_TOLERANCE, Envelope, EnvelopeError
 from harness.drift.figures import judged, unusable
 from harness.drift.table import Row, Table, with_envelope
+from harness.report.load import lost_lines, read_records
 from harness.stack import identity
 
 #: a row's envelope for one runner: (table, row key, the runner's label)
@@ -61,31 +61,22 @@ class _Run:
 
 
 def read_runs(paths: list[Path]) -> list[_Run]:
-    """The results files; one that cannot be read raises ``ValueError`` naming it."""
+    """The results files, read by the report's parser (``harness.report.load``): one that
+    cannot be read, has no header, or has a line that cannot be read raises ``ValueError``
+    naming it (an envelope is never measured from part of a night)."""
     runs = []
     for path in paths:
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path}: cannot read it ({exc}); give a results.jsonl that "
-                             "pytest --harness-results wrote") from None
-        header: dict[str, Any] = {}
-        tests = []
-        for n, text in enumerate(lines, start=1):
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError:
-                raise ValueError(f"{path}:{n}: not a JSON line; a results file cut or edited "
-                                 "by hand cannot measure an envelope") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{n}: not a results line (a JSON object)")
-            if record.get("type") == "header":
-                header = record
-            elif record.get("type") == "test":
-                tests.append(record)
-        if not header:
+        run, records = read_records(path)
+        if run.refused:
+            raise ValueError(f"{path}: {run.refused}; give a results.jsonl that pytest "
+                             "--harness-results wrote")
+        if lost := lost_lines(run):
+            raise ValueError(f"{path}: {lost}; a results file cut or edited by hand cannot "
+                             "measure an envelope")
+        if not run.header:
             raise ValueError(f"{path}: no header line: not a results file of npu-regress")
-        runs.append(_Run(path, header, tests))
+        runs.append(_Run(path, run.header, [{"id": test_id, **record}
+                                            for test_id, record in records]))
     return runs
 
 

@@ -530,6 +530,33 @@ def load_results(path: Path, *, follow_links: bool = True, keep: Keep | None = N
     return run
 
 
+def read_records(path: Path) -> tuple[RunResults, list[tuple[str, dict[str, Any]]]]:
+    """The one parse of a results file for the readers that need its test lines as written
+    (the expectations tools, the reproducer): the run (header, footer, problems, the
+    unreadable lines counted and named) and each test line's (id, record) in file order. A
+    line whose id and outcome alone were recovered comes as (id, {"outcome": ...})."""
+    records: list[tuple[str, dict[str, Any]]] = []
+
+    def keep(run: RunResults, where: str, record: dict[str, Any], result: TestResult) -> None:
+        records.append((result.id, record))
+        keep_worst(run, where, record, result)
+
+    return load_results(path, keep=keep), records
+
+
+def lost_lines(run: RunResults) -> str:
+    """The lines of ``run`` that could not be read, said as every reader says them (how
+    many, and the first few named), or "" when every line was read."""
+    lost = run.unreadable + run.recovered
+    if not lost:
+        return ""
+    named = [p for p in run.problems if "unreadable" in p or "could not" in p
+             or "were recovered" in p][:3]
+    return (f"{lost} line(s) could not be read ({'; '.join(named)}"
+            f"{'; ...' if lost > len(named) else ''}: a night cut short or a file edited by "
+            "hand)")
+
+
 #: bytes at the start of an unreadable line searched for its type, id and outcome (the
 #: harness writes those first)
 RECOVER_BYTES = 65536

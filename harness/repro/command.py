@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.report.load import lost_lines, read_records
 from harness.repro import FIXED, FOUND, NEEDS_NPU
 from harness.repro.issue import issue_body
 from harness.repro.recipe import Recipe
@@ -28,30 +29,16 @@ class ReproError(ValueError):
 
 
 def _record(results: Path, test_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The results file's header and the test's record (its last line for the id)."""
-    try:
-        lines = results.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ReproError(f"{results}: cannot read the results file ({exc.strerror}); give "
-                         "the results.jsonl the failing night wrote") from None
-    header: dict[str, Any] = {}
-    found: dict[str, Any] | None = None
-    unreadable: list[int] = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            unreadable.append(number)
-            continue
-        if not isinstance(rec, dict):
-            unreadable.append(number)
-        elif rec.get("type") == "header":
-            header = rec
-        elif rec.get("type") == "test" and rec.get("id") == test_id:
-            found = rec
-    lost = (f"{len(unreadable)} line(s) could not be read (line "
-            f"{', '.join(map(str, unreadable[:5]))}{', ...' if len(unreadable) > 5 else ''}: "
-            "a night cut short or a file edited by hand)" if unreadable else "")
+    """The results file's header and the test's record (its last line for the id), read by
+    the report's parser (``harness.report.load``): lines it cannot read are named and
+    counted as the report names them."""
+    run, records = read_records(results)
+    if run.refused:
+        raise ReproError(f"{results}: {run.refused}; give the results.jsonl the failing "
+                         "night wrote")
+    found = next((record for found_id, record in reversed(records) if found_id == test_id),
+                 None)
+    lost = lost_lines(run)
     if found is None:
         raise ReproError(f"{results} has no test {test_id!r}"
                          + (f", and {lost}: the test may be on one of them" if lost else "")
@@ -59,7 +46,7 @@ def _record(results: Path, test_id: str) -> tuple[dict[str, Any], dict[str, Any]
                          "(suites/FILE.py::test[params])")
     if lost:  # named and counted, as the report does; the test's own line was read
         print(f"npu-regress repro: {results}: {lost}", file=sys.stderr)
-    return header, found
+    return run.header, found
 
 
 def _verdict_reason(record: Mapping[str, Any]) -> str:
