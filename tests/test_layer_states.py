@@ -73,3 +73,27 @@ def test_a_boundary_not_captured_is_said() -> None:
     report.not_captured = "the engine's hooks saw no layer0"
     assert report.sentence() == ("first divergent layer: not captured (the engine's hooks "
                                  "saw no layer0)")
+
+
+def test_uncaptured_is_not_equal() -> None:
+    """Issue 67: a boundary without a reading in one sequence is "not captured" for that
+    sequence, never bit-equal; a first difference past it says it could sit there; a local
+    reading that is missing is never the engine's own state; with nothing captured that
+    differs, "none" is not said."""
+    a, b = torch.zeros(2, 3), torch.ones(2, 3)
+    full = {"embedding": a, "layer0.input_norm": a, "layer0.attention": a}
+    lacking = {"embedding": a, "layer0.attention": a}  # sequence 1 lost its input norm
+    trainer = [{**full, "layer0.attention": b}, {**lacking, "layer0.attention": b}]
+    report = layer_states.compare([full, lacking], trainer, [full, {"embedding": a}], 1)
+    rows = {r.name: r for r in report.rows}
+    assert rows["layer0.input_norm"].not_captured_in == [1]
+    assert not rows["layer0.input_norm"].captured
+    assert rows["layer0.attention"].local_not_captured_in == [1]
+    sentence = report.sentence()
+    assert sentence.startswith("first divergent layer seen: layer 0, attention ("), sentence
+    assert "bit-equal before it: embedding; not captured before it: layer0.input_norm " \
+        "(sequence 1): the first difference could sit there)" in sentence
+    same = layer_states.compare([full, lacking], [full, lacking], [full, lacking], 1)
+    assert same.sentence().startswith("first divergent layer: none among the captured "
+                                      "boundaries, but layer0.input_norm (sequence 1)"), \
+        same.sentence()

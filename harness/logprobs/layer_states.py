@@ -132,21 +132,23 @@ def engine_states(llm: Any, params_cls: Any, seqs: list[list[int]], seed_attenti
         llm.apply_model(seed_attention)
     layers = llm.apply_model(_install)[0]
     out: list[dict[str, torch.Tensor]] = []
-    missing: list[str] = []
+    missing: dict[int, list[str]] = {}  # per sequence: a boundary one of them lacks is named
     try:
-        for seq in seqs:
+        for k, seq in enumerate(seqs):
             _ENGINE_STORE.clear()
             llm.generate([{"prompt_token_ids": list(seq)}],
                          params_cls(max_tokens=1, temperature=0.0), use_tqdm=False)
             llm.apply_model(_logits)
             states = {k: v[:len(seq)] for k, v in _ENGINE_STORE.items()}
-            missing = [b for b in boundaries(layers) if b not in states]
+            if lost := [b for b in boundaries(layers) if b not in states]:
+                missing[k] = lost
             out.append(states)
     finally:
         llm.apply_model(_remove)
+    said = "; ".join(f"sequence {k}: {', '.join(lost)}" for k, lost in missing.items())
     return {"layers": layers, "states": out,
-            "not_captured": missing and f"the engine's hooks saw no {', '.join(missing)} "
-                                        "(is the engine's model in another process?)"}
+            "not_captured": said and f"the engine's hooks saw no {said} (is the engine's "
+                                     "model in another process?)"}
 
 
 # --- the trainer side (transformers) -------------------------------------------------------
@@ -214,7 +216,12 @@ class Boundary:
     local_differing: int = 0
     local_max_abs: float = 0.0
     local_rel: float = 0.0
+    #: captured in every sequence, on both sides (a boundary missing anywhere is "not
+    #: captured", never equal)
     captured: bool = True
+    #: the sequences where one side had no reading of it, end to end and local
+    not_captured_in: list[int] = field(default_factory=list)
+    local_not_captured_in: list[int] = field(default_factory=list)
 
     @property
     def layer(self) -> str:
@@ -254,19 +261,35 @@ class LayerReport:
             return f"first divergent layer: not captured ({self.not_captured})"
         first = self.first
         if first is None:
+            gaps = self.uncaptured(self.rows)
+            if gaps:
+                return (f"first divergent layer: none among the captured boundaries, but "
+                        f"{gaps} not captured: the difference could start there")
             return (f"first divergent layer: none ({len(self.rows)} boundaries bit-equal from "
                     "the embedding to the logits; the difference is the sampler's or the "
                     "decode's)")
-        before = [b.name for b in self.rows[:self.rows.index(first)]]
-        text = (f"first divergent layer: {first.layer}, {first.module} ({first.differing} of "
-                f"{first.values} values differ, max |diff| {first.max_abs:.3g}, "
-                f"{first.max_ulp} ULP; bit-equal before it: {', '.join(before) or 'nothing'})")
+        before = self.rows[:self.rows.index(first)]
+        equal = [b.name for b in before if b.captured]
+        gaps = self.uncaptured(before)
+        text = (f"first divergent layer{' seen' if gaps else ''}: {first.layer}, "
+                f"{first.module} ({first.differing} of {first.values} values differ, max "
+                f"|diff| {first.max_abs:.3g}, {first.max_ulp} ULP; bit-equal before it: "
+                f"{', '.join(equal) or 'nothing'}"
+                + (f"; not captured before it: {gaps}: the first difference could sit there"
+                   if gaps else "") + ")")
         largest = self.largest_local
         if largest is not None:
             text += (f"; given the engine's own inputs, the trainer's modules that differ: "
                      f"{self.local_modules()}; most at {largest.layer}, {largest.module} "
                      f"(relative {largest.local_rel:.3g})")
         return text
+
+    @staticmethod
+    def uncaptured(rows: list[Boundary]) -> str:
+        """The boundaries among ``rows`` without a reading, each with its sequences."""
+        return ", ".join(f"{b.name} (sequence{'s' if len(b.not_captured_in) > 1 else ''} "
+                         f"{', '.join(map(str, b.not_captured_in))})"
+                         for b in rows if not b.captured)
 
     def local_modules(self) -> str:
         """The modules that differ on the engine's inputs, by kind: "attention (layers 0-3),
@@ -304,15 +327,17 @@ def compare(engine: list[dict[str, torch.Tensor]], trainer: list[dict[str, torch
     report = LayerReport(engine_name, trainer_name, dtype)
     for name in boundaries(layers):
         row = Boundary(name)
-        for e, t, lo in zip(engine, trainer, local, strict=True):
+        for k, (e, t, lo) in enumerate(zip(engine, trainer, local, strict=True)):
             if name not in e or name not in t:
-                row.captured = False
+                row.not_captured_in.append(k)
                 continue
             ref = e[name]
             row.values += ref.numel()
-            for got, is_local in ((t[name].to(ref.dtype), False),
-                                  (lo.get(name, ref).to(ref.dtype), True)):
-                differ = compare_bits(ref, got)
+            if name not in lo:  # no local reading: not captured, never the engine's own
+                row.local_not_captured_in.append(k)
+            for got, is_local in ((t[name], False), *(((lo[name], True),) if name in lo
+                                                     else ())):
+                differ = compare_bits(ref, got.to(ref.dtype))
                 if differ is None:
                     continue
                 if is_local:
@@ -324,5 +349,6 @@ def compare(engine: list[dict[str, torch.Tensor]], trainer: list[dict[str, torch
                     row.differing += differ[3]
                     row.max_abs = max(row.max_abs, differ[1])
                     row.max_ulp = max(row.max_ulp, differ[2])
+        row.captured = not row.not_captured_in
         report.rows.append(row)
     return report
