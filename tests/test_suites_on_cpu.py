@@ -77,8 +77,13 @@ def test_the_suites_on_this_cpu_runner(tmp_path: Path) -> None:
     assert can_fail >= MIN_CASES_THAT_CAN_FAIL, (outcomes, tail)
     # what a reader of the run sees: every skip says why
     assert all(r.get("reason") for r in tests if r["outcome"] == "skipped")
+    # issue 67: every line the suites wrote is one the contract describes
+    from test_results_contract import invalid_lines
+
+    assert invalid_lines(results) == []
     # issue 56: the rows that may differ are judged by their measured envelopes here, and
-    # the results file carries the record (a row of the x86_64 table applies to any x86_64)
+    # the results file carries the record (issue 66: the envelope of this runner's identity,
+    # this CPU with one torch thread a child)
     judged = {r["id"].split("::", 1)[1]: r["drift"][0] for r in tests if r.get("drift")}
     row = judged["test_logprob_batch_invariance[batch-size-tiny-off-float32]"]
     assert row["judged"] == "within" and row["envelope"]["runs"] >= 5, row

@@ -41,9 +41,44 @@ class Header(TypedDict, total=False):
     isolation: str
     args: list[str]
     #: the stack manifest (``harness.plugin.stack_manifest``)
-    manifest: dict[str, dict[str, Any]] | None
+    manifest: dict[str, ManifestEntry] | None
     #: the stack profile and the pairing verdict (``harness.plugin.verdicts``)
     stack: dict[str, Any] | None
+
+
+class ManifestEntry(TypedDict, total=False):
+    """One package of the stack manifest: its version and where it was read
+    (``harness.stack.installed``)."""
+
+    version: str | None
+    source: str
+    #: npu-regress's own entry: the checkout's commit, and where it was read
+    revision: str | None
+    revision_source: str
+
+
+class DriftRecord(TypedDict, total=False):
+    """The size of a difference against its envelope (``harness.drift``), one per judged
+    row: the row (table, key), the runner it was judged as, its figures, and how."""
+
+    table: str
+    key: dict[str, str]
+    #: the row's claim: differ, gap, equal, record
+    row: str
+    #: the runner's identity (``harness.stack.identity``): what chooses its kernels
+    runner: dict[str, str]
+    figures: dict[str, float]
+    #: what each count figure counts out of (``differing`` of 42 cases)
+    totals: dict[str, float]
+    #: within, grew, unjudgeable, no-envelope, stale, equal, none
+    judged: str
+    #: the envelope judged by: runs, measured, tolerance, judged_by, runner, figures, bounds
+    envelope: dict[str, Any]
+    grew: list[str]
+    unjudgeable: list[str]
+    #: why this run cannot measure the row (too few threads)
+    not_adoptable: str
+    sentence: str
 
 
 class Collected(TypedDict):
@@ -102,7 +137,7 @@ class Test(TypedDict, total=False):
     upstream_drift: Any
     #: the size of a difference against its envelope, one record per judged row
     #: (``harness.drift``: table, key, row, figures, envelope, judged)
-    drift: list[dict[str, Any]] | None
+    drift: list[DriftRecord] | None
     children: list[Child]
     #: the check's other recorded properties (``record_property``) that have no field of
     #: their own: where it ran (``collective_nodes``), its settings and rows, the IPC
@@ -155,3 +190,80 @@ def schema_problem(header: dict[str, Any]) -> str | None:
         return (f"written with results schema {version}, newer than this reader's "
                 f"{SCHEMA}: read as far as it goes; update npu-regress to read it whole")
     return None
+
+
+# --- the contract as a JSON Schema (docs/results.schema.json is generated from it) -------
+
+#: where the generated schema is kept (``python -m harness.report.schema > FILE``);
+#: tests/test_results_contract.py fails when it is stale
+SCHEMA_FILE = "docs/results.schema.json"
+
+
+def _type_schema(hint: Any) -> dict[str, Any]:
+    """A JSON Schema for one annotation of the contract's TypedDicts."""
+    import types
+    import typing
+
+    if hint is Any:
+        return {}
+    if hint is type(None):
+        return {"type": "null"}
+    if hint is bool:
+        return {"type": "boolean"}
+    if hint is int:
+        return {"type": "integer"}
+    if hint is float:
+        return {"type": "number"}
+    if hint is str:
+        return {"type": "string"}
+    if typing.is_typeddict(hint):
+        return {"$ref": f"#/$defs/{hint.__name__}"}
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [_type_schema(a) for a in args]}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(args[0]) if args else {}}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _type_schema(args[1]) if args
+                else {}}
+    raise TypeError(f"the results contract has an annotation the schema cannot say: {hint!r}")
+
+
+def _object(cls: Any) -> dict[str, Any]:
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    found: dict[str, Any] = {"type": "object", "properties": {
+        name: _type_schema(hint) for name, hint in hints.items()}}
+    if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):
+        found["description"] = " ".join(cls.__doc__.split())
+    required = sorted(getattr(cls, "__required_keys__", ()))
+    if required:
+        found["required"] = required
+    return found
+
+
+def json_schema() -> dict[str, Any]:
+    """The results file's lines as a JSON Schema (draft 2020-12): one of the four line
+    types, each with its fields; fields the contract does not name are allowed (a newer
+    writer's), as the readers allow them."""
+    kinds = {HEADER: Header, COLLECTED: Collected, TEST: Test, FOOTER: Footer}
+    defs = {cls.__name__: _object(cls)
+            for cls in (Header, Collected, Test, Footer, Child, DriftRecord, ManifestEntry)}
+    for kind, cls in kinds.items():
+        defs[cls.__name__]["properties"]["type"] = {"const": kind}
+        defs[cls.__name__]["required"] = sorted({"type", *defs[cls.__name__].get("required",
+                                                                              [])})
+    defs[TEST.capitalize()]["properties"]["outcome"] = {"enum": list(OUTCOMES)}
+    defs[TEST.capitalize()]["properties"]["category"] = {
+        "anyOf": [{"enum": list(CATEGORIES)}, {"type": "null"}]}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": f"npu-regress results file line (schema {SCHEMA})",
+            "description": "One line of results.jsonl (pytest --harness-results): generated "
+                           "from harness/report/schema.py; do not edit.",
+            "oneOf": [{"$ref": f"#/$defs/{cls.__name__}"} for cls in kinds.values()],
+            "$defs": defs}
+
+
+if __name__ == "__main__":
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))
