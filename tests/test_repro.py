@@ -141,6 +141,19 @@ def test_the_vllm_cpu_finding_fails_on_the_release_and_passes_when_fixed(
                           check=False)
     assert proc.returncode == FIXED, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "observed: served" in proc.stdout
+    # the same real file through the other readers (issue 67): the report's card, and the
+    # bisect, which finds nothing to bisect in one night against itself
+    page = tmp_path / "page"
+    shown = subprocess.run([sys.executable, "-m", "harness", "report", "render", str(results),
+                            "--out", str(page)], capture_output=True, text=True, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert "vllm-cpu-batch-invariant-triton" in (page / "report.html").read_text()
+    bisect = subprocess.run([sys.executable, "-m", "harness", "bisect", str(results),
+                             str(results), "--test", VLLM_CASE, "--state",
+                             str(tmp_path / "state")], cwd=ROOT, capture_output=True,
+                            text=True, check=False)
+    assert bisect.returncode == 3 and "nothing to bisect" in bisect.stdout + bisect.stderr, \
+        bisect.stdout + bisect.stderr
 
 
 def test_a_filed_finding_says_where_it_is_tracked() -> None:
