@@ -78,7 +78,12 @@ def _parser() -> argparse.ArgumentParser:
                          "differ (docs/drift.md)")
     esub = exp.add_subparsers(dest="action", required=True)
     upd = esub.add_parser("update", help="adopt the figures of these runs as the envelopes of "
-                          "their rows: the data files change, review the diff")
+                          "their rows: the data files change, review the diff",
+                          description="Each drift record names the runner it was judged as "
+                          "(its identity: the accelerator or CPU and the torch threads); the "
+                          "runs of one runner make that runner's envelope of a row, beside "
+                          "the row's other runners'. $NPU_REGRESS_IDENTITY (field=value,...) "
+                          "replaces identity fields when the suites run.")
     upd.add_argument("results", nargs="+", type=Path, help="results.jsonl files, one per run "
                      "(5 or more: the spread)")
     learn = esub.add_parser("learn", help="propose envelopes from this runner's own last "
