@@ -298,8 +298,10 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     row = tests["concurrent-off-float32"]
     assert row["outcome"] == "passed" and row["drift"][0]["judged"] == "within", row
     scaled = controls["sampler in bf16"]
+    # judged as the runner the controls' engines ran as (2 torch threads; this process is an
+    # xdist worker's, whose own budget is 1)
     grown = judge_drift("concurrent", False, scaled["cases"], "vllm", "cpu", "float32", False,
-                        figures=scaled["figures"])
+                        threads=THREADS, figures=scaled["figures"])
     assert grown.outcome == "failed" and "max_ulp" in grown.drift["grew"], grown.why
     assert grown.why.startswith("drift grew: concurrent of vllm float32 on cpu: max_ulp "), \
         grown.why
@@ -310,7 +312,7 @@ def test_the_serving_rows_and_their_controls(tmp_path: Path) -> None:
     flipped = controls["greedy flips under load"]
     assert flipped["figures"]["tokens_changed"] >= 1, flipped
     turned = judge_drift("concurrent", False, flipped["cases"], "vllm", "cpu", "float32",
-                         False, figures=flipped["figures"])
+                         False, threads=THREADS, figures=flipped["figures"])
     assert turned.outcome == "failed" and "tokens_changed" in turned.drift["grew"], turned.why
     assert "tokens_changed" in turned.why and turned.why.startswith("drift grew: "), turned.why
 

@@ -364,6 +364,8 @@ def _cell(test_id: str, runner: str, res: TestResult, run: RunResults, past: Pas
         cell.status = "fixed"
     elif res.outcome == "xfailed":
         cell.status = "xfailed"
+        # what it is expected to fail as: a known finding's card names the finding
+        cell.reason = res.reason or None
     return cell
 
 
