@@ -117,6 +117,8 @@ class RunResults:
     pending_uncounted: int = 0
     #: lines that could not be read at all, and those whose id and outcome were recovered
     unreadable: int = 0
+    #: each of those lines as said in ``problems`` (``FILE:LINE: why``), in file order
+    lost: list[str] = field(default_factory=list)
     recovered: int = 0
     #: test lines whose duration was not a finite number (shown as n/a)
     bad_durations: int = 0
@@ -547,13 +549,10 @@ def read_records(path: Path) -> tuple[RunResults, list[tuple[str, dict[str, Any]
 def lost_lines(run: RunResults) -> str:
     """The lines of ``run`` that could not be read, said as every reader says them (how
     many, and the first few named), or "" when every line was read."""
-    lost = run.unreadable + run.recovered
-    if not lost:
+    if not run.lost:
         return ""
-    named = [p for p in run.problems if "unreadable" in p or "could not" in p
-             or "were recovered" in p][:3]
-    return (f"{lost} line(s) could not be read ({'; '.join(named)}"
-            f"{'; ...' if lost > len(named) else ''}: a night cut short or a file edited by "
+    return (f"{len(run.lost)} line(s) could not be read ({'; '.join(run.lost[:3])}"
+            f"{'; ...' if len(run.lost) > 3 else ''}: a night cut short or a file edited by "
             "hand)")
 
 
@@ -584,7 +583,8 @@ def _unreadable(run: RunResults, where: str, head: bytes, outcome: str | None, w
             test_id = None
     if isinstance(test_id, str) and test_id and outcome is not None:
         run.recovered += 1
-        run.problems.append(f"{where}: {why}; only its id and outcome were recovered")
+        run.lost.append(f"{where}: {why}; only its id and outcome were recovered")
+        run.problems.append(run.lost[-1])
         result = TestResult(id=_text(test_id, 1000), outcome=_OUTCOME[outcome],
                             longrepr=f"(this test's results line could not be read: {why}; "
                                      "its id and outcome were recovered, its failure text "
@@ -594,7 +594,8 @@ def _unreadable(run: RunResults, where: str, head: bytes, outcome: str | None, w
         return
     run.unreadable += 1
     shown = f" (test {_text(test_id, 200)!r}, outcome not found)" if test_id else ""
-    run.problems.append(f"{where}: {why}: unreadable{shown}")
+    run.lost.append(f"{where}: {why}: unreadable{shown}")
+    run.problems.append(run.lost[-1])
 
 
 def _read_line(run: RunResults, where: str, raw_line: bytes, keep: Keep, lean: bool) -> None:

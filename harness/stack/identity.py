@@ -22,6 +22,7 @@ as another, or a test of a runner whose identity no table holds (docs/drift.md).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -42,8 +43,10 @@ ORDER = ("device", "arch", "vendor", "features", "soc", "cann", "driver", "torch
 Identity = dict[str, str]
 
 
+@functools.cache
 def cpu_fields() -> Identity:
-    """The host CPU: architecture, vendor and kernel-choosing features."""
+    """The host CPU: architecture, vendor and kernel-choosing features (read once a
+    process: every judged row asks)."""
     vendor, flags = "", []
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
@@ -131,7 +134,7 @@ def runner(kind: str, threads: int = 0) -> Identity:
     """This runner's identity for a row of device ``kind`` computed with ``threads`` torch
     threads (0: not recorded by the check: the threads its children are given)."""
     fields: Identity = {"device": kind}
-    fields.update(cpu_fields() if kind == "cpu" else _published(kind))
+    fields.update(dict(cpu_fields()) if kind == "cpu" else _published(kind))
     fields["threads"] = str(threads or child_threads())
     fields.update(overrides())
     return fields
