@@ -4,7 +4,9 @@
 # combination in a fresh venv of its own (under $NPU_REGRESS_COMPAT_DIR, default
 # /tmp/npu-regress-compat).
 #   bash ci/compat.sh ci      what .ci/run runs: the oldest of every range on Python 3.10
-#                             and the newest on Python 3.11 (about 5 min here)
+#                             and the newest on Python 3.11, and the wheel as a user's
+#                             image installs it (ci/wheel-smoke.sh) beside them (about
+#                             2.5 min here)
 #   bash ci/compat.sh all     every row of MATRIX below (the nightly workflow)
 #   bash ci/compat.sh ROW     one row, by its name (e.g. py312-pytest9.2)
 # torch: only on Python 3.11 (the one torch wheel this kind of machine installs, a CPU
@@ -21,7 +23,11 @@ py311-newest      3.11    9.2.0   3.8.0         1.7.5
 py312-pytest9.1   3.12    9.1.1   3.8.0         1.7.5
 py312-newest      3.12    9.2.0   3.8.0         1.7.5
 "
-CI_ROWS="py310-oldest py311-newest"
+#: the package built and installed as a wheel (ci/wheel-smoke.sh): a row of its own, run in
+#: the same pool (it is mostly pip and unpacking: after the two CI rows, one by one, it added
+#: 47 s; beside them, nothing measurable)
+WHEEL_ROW=wheel
+CI_ROWS="py310-oldest py311-newest $WHEEL_ROW"
 TESTS="tests/test_pytest_private.py tests/test_isolation.py tests/test_whole_test.py
   tests/test_isolate_all_dropin.py tests/test_forkserver.py tests/test_containment.py
   tests/test_peers.py tests/test_plugin.py tests/test_report.py tests/test_report_verdicts.py
@@ -55,7 +61,7 @@ run_row() {
   grep -v -E '^(pytest|pytest-xdist|pytest-forked|tomli)==' ci/constraints.txt > "$venv/constraints.txt"
   local torch=()
   [ "$py" = 3.11 ] && torch=(torch==2.13.0)
-  "$venv/bin/python" -m pip install -q -c "$venv/constraints.txt" "${torch[@]}" \
+  "$venv/bin/python" -m pip install -q --no-compile -c "$venv/constraints.txt" "${torch[@]}" \
     "pytest==$pytest" "pytest-xdist==$xdist" "pytest-forked==$forked" -e . \
     || { echo "ci/compat.sh: $name: install failed" >&2; return 1; }
   echo "npu-regress compat: $name: Python $("$venv/bin/python" -c 'import platform; print(platform.python_version())'), pytest $pytest, pytest-xdist $xdist, pytest-forked $forked, torch ${torch[*]:-absent} (setup $(( $(date +%s) - start )) s)"
@@ -70,8 +76,9 @@ case "$which" in
   *) rows=$which ;;
 esac
 for row in $rows; do
+  [ "$row" = "$WHEEL_ROW" ] && continue
   echo "$MATRIX" | awk -v n="$row" '$1 == n' | grep -q . \
-    || { echo "ci/compat.sh: no row '$row' (rows: $(echo "$MATRIX" | awk 'NF {printf "%s ", $1}'))" >&2; exit 2; }
+    || { echo "ci/compat.sh: no row '$row' (rows: $(echo "$MATRIX" | awk 'NF {printf "%s ", $1}')$WHEEL_ROW)" >&2; exit 2; }
 done
 # Rows two at a time (NPU_REGRESS_COMPAT_JOBS, default 2): a row's venv install and its
 # isolation tests' waits leave the 2 cores 40% idle when rows run one after another
@@ -90,9 +97,13 @@ reap() {  # wait for the oldest running row, show its output, note a failure
 }
 trap 'for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$logs"' EXIT
 for row in $rows; do
-  line=$(echo "$MATRIX" | awk -v n="$row" '$1 == n')
-  # shellcheck disable=SC2086 - the row's words are its arguments
-  ( run_row $line ) > "$logs/$row.log" 2>&1 &
+  if [ "$row" = "$WHEEL_ROW" ]; then
+    bash ci/wheel-smoke.sh > "$logs/$row.log" 2>&1 &
+  else
+    line=$(echo "$MATRIX" | awk -v n="$row" '$1 == n')
+    # shellcheck disable=SC2086 - the row's words are its arguments
+    ( run_row $line ) > "$logs/$row.log" 2>&1 &
+  fi
   pids+=($!) names+=("$row")
   [ ${#pids[@]} -lt "$jobs" ] || reap
 done

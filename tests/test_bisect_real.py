@@ -168,3 +168,13 @@ def test_the_nightly_step_and_the_card_of_a_new_failure(nights: dict[str, Path])
     [row] = json.loads((report / "summary.json").read_text())["new_failures"]
     assert row["test"] == CASE and row["bisect"].startswith("culprit: verl; not found: verl: the first bad for tonight's "
                                 "failure is one of 0.9.0, 0.8.0")
+    # the same real night through the reproducer (issue 67: suites -> results -> bisect ->
+    # report -> repro on one file): an API that moved is no ledger finding, so none is
+    # written, and the refusal names the test's outcome and category as the night filed it
+    repro = subprocess.run([sys.executable, "-m", "harness", "repro", CASE, "--results",
+                            str(nights["old"]), "--out", str(base / "repro")], cwd=ROOT,
+                           capture_output=True, text=True, check=False)
+    assert repro.returncode == 2, repro.stdout + repro.stderr
+    assert (f"{CASE} is not a case of any ledger finding (its outcome failed, category "
+            "upstream-drift)") in repro.stderr, repro.stderr
+    assert not (base / "repro").exists()

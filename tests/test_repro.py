@@ -29,19 +29,6 @@ VLLM_CASE = ("suites/test_logprob_batch_invariance.py::test_logprob_batch_invari
              "[batch-size-vllm-on-float32]")
 
 
-def _results(path: Path, test_id: str, reason: str, manifest: dict[str, str],
-             outcome: str = "xfailed") -> Path:
-    # each manifest entry as the plugin writes it (harness.plugin.stack_manifest): an object
-    # with its version and where it was read, never a bare string (issue 67)
-    header = {"type": "header", "schema": 2, "runner": "test",
-              "manifest": {name: {"version": version, "source": f"package metadata of {name}"}
-                           for name, version in manifest.items()}}
-    test = {"type": "test", "id": test_id, "outcome": outcome, "category": "known-finding",
-            "verdict": {"category": "known-finding", "reason": reason}}
-    path.write_text(json.dumps(header) + "\n" + json.dumps(test) + "\n")
-    return path
-
-
 def _night(python: Path | str, case: str, folder: Path, category: str | None) -> Path:
     """The results file a suite's case really writes (issue 67: a reader is tested on the
     files the suites write, never on hand-made ones), run by ``python``; its line must be
@@ -79,22 +66,33 @@ def test_every_recipe_names_a_ledger_finding_and_writes_a_script_that_compiles()
             assert "harness" not in _imports(text), finding
 
 
+#: a real night of the default profile (tests/fixtures/make_nights.py, checked against the
+#: contract in tests/test_results_contract.py): vllm-ascend's Tensor.sum switch case, a
+#: known release finding (XFAIL), and the same op with the switch off (passed)
+NIGHT = ROOT / "tests" / "fixtures" / "night-default.jsonl"
+KNOWN = "suites/test_batch_invariant_switch.py::test_switch[vllm_ascend-tensor_sum-enabled]"
+PASSING = "suites/test_batch_invariant_switch.py::test_switch[vllm_ascend-tensor_sum-disabled]"
+
+
 def test_a_test_that_is_no_release_finding_is_refused_naming_why(tmp_path: Path) -> None:
-    results = _results(tmp_path / "r.jsonl", "suites/test_x.py::test_y", "", {}, "failed")
-    with pytest.raises(ReproError, match="not a case of any ledger finding"):
-        reproduce("suites/test_x.py::test_y", results, tmp_path / "out", verify=False)
-    with pytest.raises(ReproError, match="has no test"):
-        reproduce("suites/test_x.py::test_z", results, tmp_path / "out", verify=False)
-    passed = _results(tmp_path / "p.jsonl", VLLM_CASE, "", {}, "passed")
-    with pytest.raises(ReproError, match="nothing to reproduce"):
-        reproduce(VLLM_CASE, passed, tmp_path / "out", verify=False)
-    patch_case = "suites/test_patch_guard.py::test_x"
     from harness.stack.ledger import Finding
 
-    ledger = [Finding("some-finding", "t", "verl", "==0.9.1", (patch_case,), ("m",), "e")]
-    listed = _results(tmp_path / "l.jsonl", patch_case, "", {}, "xfailed")
+    records = {x["id"]: x for x in map(json.loads, NIGHT.read_text().splitlines())
+               if x["type"] == "test"}
+    assert (records[KNOWN]["category"], records[PASSING]["outcome"]) == (
+        "known-finding", "passed"), "python tests/fixtures/make_nights.py"
+    with pytest.raises(ReproError, match="not a case of any ledger finding"):
+        reproduce(PASSING, NIGHT, tmp_path / "out", verify=False)
+    with pytest.raises(ReproError, match="has no test"):
+        reproduce("suites/test_x.py::test_z", NIGHT, tmp_path / "out", verify=False)
+    # a ledger finding whose cases include the passing one: nothing to reproduce; and one
+    # with no recipe, for the known finding's XFAIL
+    ledger = [Finding("some-finding", "t", "vllm-ascend", ">=0", (PASSING, KNOWN), ("m",),
+                      "e")]
+    with pytest.raises(ReproError, match="nothing to reproduce"):
+        reproduce(PASSING, NIGHT, tmp_path / "out", verify=False, ledger=ledger)
     with pytest.raises(ReproError, match="no standalone reproducer yet"):
-        reproduce(patch_case, listed, tmp_path / "out", verify=False, ledger=ledger)
+        reproduce(KNOWN, NIGHT, tmp_path / "out", verify=False, ledger=ledger)
     assert not (tmp_path / "out").exists()
 
 

@@ -79,3 +79,28 @@ def test_a_file_the_plugin_wrote_is_valid_and_a_broken_line_is_not(
     broken.write_text(json.dumps({**test_line, "outcome": "probably-passed"}) + "\n"
                       + json.dumps({**test_line, "category": "greenish"}) + "\n")
     assert len(invalid_lines(broken)) == 2
+
+
+def test_the_fixture_nights_are_real_current_and_valid() -> None:
+    """The nights the readers' unit tests read (tests/fixtures/night-*.jsonl) are files the
+    plugin wrote on a real run of the suites, under the contract as it is now: a contract
+    changed since fails here, naming the command that writes them again."""
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+    try:
+        import make_nights
+    finally:
+        sys.path.pop(0)
+    for name in make_nights.NIGHTS:
+        night = make_nights.night_path(name)
+        assert night.is_file(), f"{night} is missing: python tests/fixtures/make_nights.py"
+        recorded = make_nights.digest_path(name).read_text().strip()
+        assert recorded == make_nights.schema_digest(), (
+            f"{night.name} was written under another results contract: "
+            f"python tests/fixtures/make_nights.py {name}")
+        assert invalid_lines(night) == []
+        lines = [json.loads(x) for x in night.read_text().splitlines()]
+        # a real run: the plugin's header (its manifest read from the installed stack) and
+        # its footer, and the suite's own test ids
+        assert lines[0]["type"] == "header" and lines[0]["manifest"]["torch"]["version"]
+        assert lines[-1]["type"] == "footer"
+        assert all(x["id"].startswith("suites/") for x in lines if x["type"] == "test")
