@@ -213,3 +213,45 @@ def test_messages_round_trip_and_refuse_what_is_out_of_place() -> None:
         m.decode(m.encode(m.Ended(0)), m.REQUESTS)
     with pytest.raises(m.ProtocolError, match="not an isolation-server message"):
         m.decode(b'{"status": 3}', (m.Ended,))
+
+
+PRELOADED = """
+import sys
+
+def loaded():
+    return "colorsys" in sys.modules
+
+def test_a(run_on_npu, record_property):
+    record_property("preloaded", run_on_npu(loaded).value)
+"""
+
+
+@needs_torch
+@pytest.mark.parametrize(("tests", "flag", "preloaded"), [
+    (1, False, False),  # one child: torch, pytest and harness only
+    (2, False, True),   # the ini's list pays for itself across children
+    (1, True, True),    # a list given on the command line is kept
+])
+def test_the_ini_preload_applies_from_its_minimum_of_tests(
+        pytester: pytest.Pytester, tests: int, flag: bool, preloaded: bool) -> None:
+    pytester.makeini("[pytest]\nharness_isolation_preload = torch,pytest,harness,colorsys\n")
+    pytester.makepyfile(PRELOADED + ("test_b = test_a\n" if tests == 2 else ""))
+    results = pytester.path / "results.jsonl"
+    args = ["--isolation", "forkserver", f"--harness-results={results}", "-p", "no:randomly"]
+    if flag:
+        args.append("--isolation-preload=torch,pytest,harness,colorsys")
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=tests)
+    import json
+
+    seen = {r["id"]: r["properties"]["preloaded"] for r in map(
+        json.loads, results.read_text().splitlines()) if r["type"] == "test"}
+    assert set(seen.values()) == {preloaded}, seen
+
+
+def test_a_preload_minimum_that_is_no_whole_number_is_a_usage_error(
+        pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nharness_isolation_preload_min = two\n")
+    pytester.makepyfile("def test_a():\n    pass\n")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "harness_isolation_preload_min = 'two': give a whole number >= 0" in result.stderr.str()

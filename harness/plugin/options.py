@@ -16,6 +16,10 @@ from harness.isolation.server import DEFAULT_PRELOAD
 from harness.stack.devices import KINDS
 
 DEFAULT_TIMEOUT_S = 180.0
+#: below this many run_on_npu tests a session's forkserver preloads DEFAULT_PRELOAD only,
+#: whatever the ini lists (measured: one hardware conformance case under this project's
+#: ini list 8.8 s, with torch, pytest and harness only 3.3 s)
+PRELOAD_MIN_TESTS = 2
 ISOLATION_CHOICES = ("auto", "spawn", "forkserver")
 
 
@@ -126,6 +130,12 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("harness_isolation", "default for --isolation", default="auto")
     parser.addini("harness_isolation_preload", "default for --isolation-preload",
                   default=",".join(DEFAULT_PRELOAD))
+    parser.addini("harness_isolation_preload_min",
+                  "the ini's harness_isolation_preload applies to a session that collects at "
+                  "least this many run_on_npu tests; one with fewer preloads torch, pytest and "
+                  "harness only (a preload pays for itself across children, and one child "
+                  f"pays for what it never imports). Default {PRELOAD_MIN_TESTS}",
+                  default=str(PRELOAD_MIN_TESTS))
     parser.addini("harness_isolation_timeout", "default for --isolation-timeout",
                   default=str(DEFAULT_TIMEOUT_S))
 
@@ -187,6 +197,19 @@ def isolation_method(config: pytest.Config) -> str:
         raise pytest.UsageError(
             f"harness_isolation = {method!r}: use one of {', '.join(ISOLATION_CHOICES)}")
     return method
+
+
+def preload_min_tests(config: pytest.Config) -> int:
+    """``harness_isolation_preload_min``, a whole number >= 0."""
+    raw = config.getini("harness_isolation_preload_min")
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise pytest.UsageError(f"harness_isolation_preload_min = {raw!r}: give a whole number "
+                                f">= 0 (0: the ini's preload always; default {PRELOAD_MIN_TESTS})")
+    return value
 
 
 def preload(config: pytest.Config) -> tuple[tuple[str, ...], bool]:

@@ -70,6 +70,9 @@ class HarnessSession:
     warm_plan: Any = None
     #: whether --isolation-preload / its ini key was given (kept under a warm-up)
     preload_explicit: bool = False
+    #: fewer run_on_npu tests than this: the preload is torch, pytest and harness only
+    #: (``harness_isolation_preload_min``; ``harness.plugin.runner``)
+    preload_min: int = 2
     #: where the collectives' ranks run (``--ranks-launcher``...)
     ranks: LaunchSpec = field(default_factory=LaunchSpec)
     _launcher: Launcher | None = field(default=None, repr=False)
@@ -179,13 +182,14 @@ def open_session(config: pytest.Config) -> HarnessSession:
             device = detect(options.option(config, "harness_device"), count)
         method = options.isolation_method(config)
         preload, explicit = options.preload(config)
+        preload_min = options.preload_min_tests(config)
         ranks = options.ranks_launch(config)
     except DeviceError as exc:
         raise pytest.UsageError(str(exc)) from None
     session = HarnessSession(
         device=device, timeout=timeout, method=method, preload=preload, npu=npu,
         worker_id=workerinput.get("workerid") if workerinput else None,
-        preload_explicit=explicit, ranks=ranks)
+        preload_explicit=explicit, preload_min=preload_min, ranks=ranks)
     # what chooses the kernels, for every envelope this session's processes judge by
     identity.publish(device.kind, identity.accelerator_fields(
         device.kind, npu.to_dict() if npu else None, device.to_dict()))
