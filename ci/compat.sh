@@ -61,7 +61,7 @@ run_row() {
   grep -v -E '^(pytest|pytest-xdist|pytest-forked|tomli)==' ci/constraints.txt > "$venv/constraints.txt"
   local torch=()
   [ "$py" = 3.11 ] && torch=(torch==2.13.0)
-  "$venv/bin/python" -m pip install -q --no-compile -c "$venv/constraints.txt" "${torch[@]}" \
+  "$venv/bin/python" -m pip install -q -c "$venv/constraints.txt" "${torch[@]}" \
     "pytest==$pytest" "pytest-xdist==$xdist" "pytest-forked==$forked" -e . \
     || { echo "ci/compat.sh: $name: install failed" >&2; return 1; }
   echo "npu-regress compat: $name: Python $("$venv/bin/python" -c 'import platform; print(platform.python_version())'), pytest $pytest, pytest-xdist $xdist, pytest-forked $forked, torch ${torch[*]:-absent} (setup $(( $(date +%s) - start )) s)"

@@ -52,14 +52,14 @@ elif [ ! -f ci/constraints.txt ]; then
 fi
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "npu-regress setup: no importable torch; installing torch==2.13.0"
-  "$PY" -m pip install -q --no-compile "${pins[@]}" "torch==2.13.0"
+  "$PY" -m pip install -q "${pins[@]}" "torch==2.13.0"
 fi
 extras=()
 [ "$test" = 1 ] && extras+=(test)
 [ "$upstream" = 1 ] && extras+=(upstream)
 spec="."
 [ ${#extras[@]} -gt 0 ] && spec=".[$(IFS=,; echo "${extras[*]}")]"
-"$PY" -m pip install -q --no-compile "${pins[@]}" "${upgrade[@]}" -e "$spec"
+"$PY" -m pip install -q "${pins[@]}" "${upgrade[@]}" -e "$spec"
 # The engine profile: its own venv (its vLLM and transformers are not the default
 # profile's), the harness and the profile installed there the same way, then a smoke check
 # (import vllm, start the engine in-process on the suite's seeded model, one generate).

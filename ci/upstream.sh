@@ -51,7 +51,7 @@ for req in "${wheels[@]}"; do
   fi
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  "$PY" -m pip install -q --no-compile --no-deps "${missing[@]}"
+  "$PY" -m pip install -q --no-deps "${missing[@]}"
 fi
 site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 if [ -n "$ascend" ] && [ -n "$(installed vllm-ascend)" ]; then
@@ -127,7 +127,7 @@ except md.PackageNotFoundError:
 out.write_text("\n".join(keep) + "\n")
 PYEOF
 if [ -s "$work/requirements.txt" ]; then
-  "$PY" -m pip install -q --no-compile -c "$work/constraints.txt" -r "$work/requirements.txt"
+  "$PY" -m pip install -q -c "$work/constraints.txt" -r "$work/requirements.txt"
 fi
 profile verify
 profile record

@@ -22,7 +22,7 @@ wheel=$(ls "$work"/dist/npu_regress-*.whl)
 echo "npu-regress wheel: $(basename "$wheel"): $(unzip -l "$wheel" | grep -c -E '\.(toml|j2|css|js)$') data files"
 "$PY" -m venv "$work/venv"
 # torch as setup installs it on a machine without one; the rest as the wheel declares it
-"$work/venv/bin/python" -m pip install -q --no-compile -c ci/constraints.txt torch==2.13.0 "$wheel"
+"$work/venv/bin/python" -m pip install -q -c ci/constraints.txt torch==2.13.0 "$wheel"
 
 # the suites and the ini they run under, without the harness's sources beside them
 mkdir -p "$work/run"
