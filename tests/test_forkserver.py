@@ -3,6 +3,7 @@ forkserver refuses to serve from a process with a live accelerator."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -241,8 +242,6 @@ def test_the_ini_preload_applies_from_its_minimum_of_tests(
     if flag:
         args.append("--isolation-preload=torch,pytest,harness,colorsys")
     pytester.runpytest_subprocess(*args).assert_outcomes(passed=tests)
-    import json
-
     seen = {r["id"]: r["properties"]["preloaded"] for r in map(
         json.loads, results.read_text().splitlines()) if r["type"] == "test"}
     assert set(seen.values()) == {preloaded}, seen

@@ -85,11 +85,8 @@ def test_the_fixture_nights_are_real_current_and_valid() -> None:
     """The nights the readers' unit tests read (tests/fixtures/night-*.jsonl) are files the
     plugin wrote on a real run of the suites, under the contract as it is now: a contract
     changed since fails here, naming the command that writes them again."""
-    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-    try:
-        import make_nights
-    finally:
-        sys.path.pop(0)
+    from tests.fixtures import make_nights
+
     for name in make_nights.NIGHTS:
         night = make_nights.night_path(name)
         assert night.is_file(), f"{night} is missing: python tests/fixtures/make_nights.py"

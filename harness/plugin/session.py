@@ -72,7 +72,7 @@ class HarnessSession:
     preload_explicit: bool = False
     #: fewer run_on_npu tests than this: the preload is torch, pytest and harness only
     #: (``harness_isolation_preload_min``; ``harness.plugin.runner``)
-    preload_min: int = 2
+    preload_min: int = options.PRELOAD_MIN_TESTS
     #: where the collectives' ranks run (``--ranks-launcher``...)
     ranks: LaunchSpec = field(default_factory=LaunchSpec)
     _launcher: Launcher | None = field(default=None, repr=False)
