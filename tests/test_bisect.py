@@ -15,7 +15,7 @@ from harness.bisect.command import main
 from harness.bisect.search import BAD, FLAKY, GOOD, OTHER, SKIP, ddmin, first_bad
 from harness.bisect.state import State
 from harness.bisect.trial import Ending, Reference, judge
-from harness.report.schema import line
+from tests.fixtures import nights
 
 # --- the searches --------------------------------------------------------------------------
 
@@ -156,12 +156,14 @@ def test_a_fix_is_bisected_the_other_way() -> None:
 
 def _night(path: Path, runner: str, manifest: dict[str, str | None],
            outcomes: dict[str, str]) -> Path:
-    header = {"type": "header", "schema": 1, "runner": runner, "start": "2026-12-04T01:00:00",
-              "manifest": {k: {"version": v} for k, v in manifest.items()}}
-    tests = [{"type": "test", "id": i, "outcome": o} for i, o in outcomes.items()]
-    footer = {"type": "footer", "end": "2026-12-04T02:00:00", "exitstatus": 1}
-    path.write_text("".join(line(r) for r in [header, *tests, footer]))
-    return path
+    """A night cut from a real one (tests/fixtures/nights.py): its manifest with the named
+    packages at these versions (``None``: absent), and these outcomes."""
+    entries = nights.manifest(**{k: v for k, v in manifest.items() if v is not None})
+    for name in [k for k, v in manifest.items() if v is None]:
+        entries[name] = {**entries.get(name, {}), "version": None}
+    header = nights.header(runner, "2026-12-04", manifest=entries)
+    return nights.write(path, [header, *(nights.result(i, o) for i, o in outcomes.items()),
+                               nights.footer(exitstatus=1)])
 
 
 def test_the_changes_and_the_new_failures(tmp_path: Path) -> None:

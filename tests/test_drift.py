@@ -19,6 +19,7 @@ from harness.drift.envelope import GROWTH_CAP, Envelope, EnvelopeError, from_dat
 from harness.drift.table import load, with_envelope
 from harness.logprobs import expectations
 from harness.stack import identity
+from tests.fixtures import nights
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,11 +191,13 @@ def test_a_row_without_an_envelope_records_and_says_so() -> None:
 # --- adopting figures: the reviewed act ---------------------------------------------------
 
 def _results(path: Path, tests: list[dict], cpu: str = "Test CPU (x86_64)") -> Path:
-    lines = [{"type": "header", "schema": 1, "start": "2026-12-06T01:00:00+00:00", "cpu": cpu,
-              "device": {"kind": "cpu"}, "packages": {"torch": "2.13.0+cpu", "verl": "0.9.1"}},
-             *({"type": "test", **t} for t in tests), {"type": "footer"}]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return path
+    """A night of ``tests`` (each ``id``, ``outcome`` and fields) cut from a real one
+    (tests/fixtures/nights.py), on a CPU named ``cpu``."""
+    records = [nights.result(t["id"], t["outcome"], **{k: v for k, v in t.items()
+                                                        if k not in ("id", "outcome")})
+               for t in tests]
+    return nights.write(path, [nights.header("cpu", "2026-12-06", cpu=cpu), *records,
+                               nights.footer()])
 
 
 def _drift(judged: str, **figures: float) -> dict:
@@ -240,8 +243,10 @@ def test_update_adopts_the_spread_of_the_runs_and_refuses_other_failures(
     row = tables["logprobs"].get(ROW)
     envelope = row.envelope_for(RUNNER)[0]
     assert envelope.figures == {"max_abs": (4.8e-7, 9.6e-7), "max_ulp": (1, 2)}
+    # the real night's packages, as its header names them
     assert envelope.measured.startswith("5 runs, 2026-12-06, on Test CPU (x86_64) (cpu; "
-                                        "torch 2.13.0+cpu, verl 0.9.1, 2 torch threads)")
+                                        "torch 2.13.0+cpu, verl 0.9.1, vllm ")
+    assert envelope.measured.endswith(", 2 torch threads)")
     assert envelope.runner == RUNNER
     # the row's other runners' envelopes are kept beside it
     assert len(row.envelopes) > 1

@@ -17,6 +17,7 @@ from harness.report import history_folder as hist
 from harness.report.compare import compare
 from harness.report.load import load_results
 from tests.conftest import needs_torch
+from tests.fixtures import nights
 
 SUITE = Path(__file__).parent.parent / "suites" / "test_batch_invariant_switch.py"
 CANARY = """
@@ -68,20 +69,13 @@ def test_two_nights_name_the_new_failure(pytester: pytest.Pytester, tmp_path: Pa
     assert (out / "report.html").read_text().count('class="test-row"') == 2
 
 
-def _write(path: Path, records: list[object], tail: str = "") -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
-    return path
-
-
-def _header(runner: str, date: str) -> dict[str, object]:
-    return {"type": "header", "runner": runner, "start": f"{date}T00:00:00+00:00"}
-
-
-def _test(test_id: str, outcome: str, **extra: object) -> dict[str, object]:
-    return {"type": "test", "id": test_id, "outcome": outcome, "duration": 0.5, **extra}
-
-
-FOOTER = {"type": "footer", "exitstatus": 0, "duration": 1.0}
+# the lines below are cut from real nights (tests/fixtures/nights.py): the plugin's records
+# with only the fields a test varies replaced, each checked against the results contract
+_write = nights.write
+_header = nights.header
+_test = nights.result
+_manifest = nights.manifest
+FOOTER = nights.footer()
 
 
 def test_truncated_malformed_and_hostile_lines_are_skipped_not_fatal(tmp_path: Path) -> None:
@@ -94,7 +88,7 @@ def test_truncated_malformed_and_hostile_lines_are_skipped_not_fatal(tmp_path: P
         {"type": "mystery"},
         _test("t::<script>alert(1)</script>", "failed", longrepr={"not": "a string"},
               dispatch_events={"aten::mm": 2, "bad": "x", "flag": True}, children="nope"),
-    ], tail='{"type": "test", "id": "t::cut", "outc')
+    ], tail='{"type": "test", "id": "t::cut", "outc', validate=False)
     run = load_results(path)
     assert sorted(run.tests) == ["t::<script>alert(1)</script>", "t::ok"]
     assert run.tests["t::<script>alert(1)</script>"].dispatch_events == {"aten::mm": 2}
@@ -158,7 +152,7 @@ def test_history_is_folded_test_by_test_as_each_night_is_read(tmp_path: Path) ->
                         _test("t::b", "failed")]],
         "2026-11-28": [[_test("t::b", "passed"), _test("t::b", "error"),  # worst kept
                         _test("t::c", "skipped")]],  # t::a not collected
-        "2026-11-29": [[_test("t::a", "passed")],  # no counts this time
+        "2026-11-29": [[_test("t::a", "passed", dispatch_events=None)],  # not counted
                        [_test("t::b", "passed"), FOOTER]],  # a second file of runner a3
     }
     for date, files in nights.items():
@@ -170,7 +164,8 @@ def test_history_is_folded_test_by_test_as_each_night_is_read(tmp_path: Path) ->
     assert folded.dates == list(nights)
     assert [n.date for n in past.nights] == list(nights)
     assert past.letters == {"t::a": "p-p", "t::b": "fep", "t::c": "-s-"}
-    assert past.events == {}  # t::a's last run had no counts
+    # t::a's last run did not count (dropped); b and c counted none: kept, as zero events
+    assert past.events == {"t::b": {}, "t::c": {}}
     assert [(n.tests, n.pass_rate) for n in past.nights] == [(2, 0.5), (2, 0.0), (2, 1.0)]
     tonight = load_results(_write(tmp_path / "t.jsonl", [
         _header("a3", "2026-11-30"), _test("t::a", "failed"), _test("t::b", "failed"),
@@ -458,10 +453,6 @@ def test_a_finding_about_a_release_is_its_own_category(pytester: pytest.Pytester
         (tmp_path / "rep" / "report.html").read_text()
 
 
-def _manifest(**versions: str) -> dict[str, object]:
-    return {name: {"version": v, "source": "test"} for name, v in versions.items()}
-
-
 def test_three_nights_newly_skipped_vanished_and_a_new_failure_with_its_stack_change(
         tmp_path: Path) -> None:
     """The nightly story at 3 a.m.: what newly skips, what is no longer collected, what
@@ -692,7 +683,7 @@ def test_a_new_failure_card_carries_the_bisect_command_or_its_outcome(tmp_path: 
     outcome.write_text(json.dumps({
         "schema": 1, "runner": "a3", "tests": ["t::drift"], "status": "found",
         "card": "first bad: vllm 0.24.0 (0.23.0 good), 0 candidates tried, 0 skips"}))
-    junk = _write(tmp_path / "junk.json", [{"schema": 1, "runner": "a3"}])
+    junk = _write(tmp_path / "junk.json", [{"schema": 1, "runner": "a3"}], validate=False)
     out = tmp_path / "with"
     assert cli(["report", "render", str(tonight), "--out", str(out), "--history",
                 str(history), "--bisect", str(outcome), str(junk)]) == 0

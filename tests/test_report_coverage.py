@@ -4,27 +4,26 @@ visible beside the others; a malformed footprint is dropped, never shown as cove
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.cli import main as cli
 from harness.report.compare import compare
 from harness.report.coverage import coverage
 from harness.report.load import load_results
+from tests.fixtures import nights
 
 CASE = "suites/test_batch_invariant_switch.py::test_switch[{}-{}-enabled]"
 
 
-def _write(path: Path, tests: list[dict[str, object]]) -> Path:
-    header = {"type": "header", "runner": path.stem, "start": "2026-12-02T01:00:00+00:00",
-              "device": {"kind": "cpu", "count": 1}}
-    footer = {"type": "footer", "exitstatus": 0, "collected": len(tests)}
-    path.write_text("\n".join(json.dumps(r) for r in [header, *tests, footer]) + "\n")
-    return path
+def _write(path: Path, tests: list[object]) -> Path:
+    """A night of ``tests`` on runner ``path.stem``: lines cut from a real night
+    (tests/fixtures/nights.py)."""
+    return nights.write(path, [nights.header(path.stem, "2026-12-02"), *tests,
+                               nights.footer(exitstatus=0)])
 
 
 def _test(target: str, check: str, outcome: str, **extra: object) -> dict[str, object]:
-    return {"type": "test", "id": CASE.format(target, check), "outcome": outcome, **extra}
+    return nights.result(CASE.format(target, check), outcome, **extra)
 
 
 def _night(tmp_path: Path) -> Path:
@@ -43,7 +42,8 @@ def _night(tmp_path: Path) -> Path:
         _test("sglang", "add_rms_norm", "failed", longrepr="E boom"),
         _test("sglang", "fused_infer_attention_score", "passed"),
         _test("vllm", "switch", "skipped", reason="CUDA key only"),
-        _test("hostile", "switch", "passed", dispatcher_footprint=["aten::mm"]),
+        nights.Unchecked(_test("hostile", "switch", "passed",
+                               dispatcher_footprint=["aten::mm"])),
     ])
 
 

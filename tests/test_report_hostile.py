@@ -16,16 +16,19 @@ from harness.cli import main as cli
 from harness.report import history_folder as hist
 from harness.report.compare import compare
 from harness.report.load import load_results
+from tests.fixtures import nights
 from tests.test_report import _test, _write
 
 
 def _run(tmp_path: Path, date: str | None, tests: list[dict[str, object]],
          name: str = "a3") -> Path:
-    header: dict[str, object] = {"type": "header", "runner": name}
-    if date:
-        header["start"] = f"{date}T00:00:00+00:00"
+    """A night of ``tests`` cut from a real one (tests/fixtures/nights.py); no ``date``: a
+    header without its start time."""
+    header = nights.header(name, date or "2026-11-30")
+    if not date:
+        del header["start"]
     return _write(tmp_path / f"{name}-{date or 'nodate'}.jsonl",
-                  [header, *tests, {"type": "footer", "exitstatus": 0}])
+                  [header, *tests, nights.footer(exitstatus=0)])
 
 
 def _render(tmp_path: Path, *inputs: Path, history: Path | None = None) -> dict[str, object]:
@@ -44,7 +47,7 @@ def test_a_line_nested_1000_deep_is_skipped_here_and_in_history(tmp_path: Path) 
                     f'"passed", "logprob_report": {deep}}}\n')
     header_deep = {"type": "header", "runner": "a3", "start": "2026-11-29T00:00:00",
                    "manifest": json.loads("[" * 900 + "]" * 900)}
-    _write(tmp_path / "h.jsonl", [header_deep, _test("t::ok", "passed")])
+    _write(tmp_path / "h.jsonl", [nights.Unchecked(header_deep), _test("t::ok", "passed")])
     history = tmp_path / "history"
     hist.add([path, tmp_path / "h.jsonl"], history)
     tonight = _run(tmp_path, "2026-11-30", [_test("t::ok", "failed")])
@@ -224,10 +227,9 @@ def test_a_file_of_a_newer_schema_is_read_and_said(tmp_path: Path,
     may misread the rest (exit status 1), instead of a quiet partial page."""
     from harness.report import schema
 
-    newer = _write(tmp_path / "a3.jsonl", [
-        {"type": "header", "runner": "a3", "start": "2026-12-01T00:00:00+00:00",
-         "schema": schema.SCHEMA + 1},
-        _test("t::a", "passed"), {"type": "footer", "exitstatus": 0}])
+    newer = _write(tmp_path / "a3.jsonl", [  # a header this contract refuses: unchecked
+        nights.Unchecked(nights.header("a3", "2026-12-01", schema=schema.SCHEMA + 1)),
+        _test("t::a", "passed"), nights.footer(exitstatus=0)])
     run = load_results(newer)
     assert run.schema_problem and f"schema {schema.SCHEMA + 1}" in run.schema_problem
     assert list(run.tests) == ["t::a"]

@@ -19,6 +19,8 @@ import pytest
 
 from harness.cli import main as cli
 from harness.report.page import family_of
+from harness.stack.devices import DeviceInfo
+from tests.fixtures import nights
 
 ROOT = Path(__file__).parent.parent
 ARTIFACTS = ROOT / "reports" / "screenshots"
@@ -28,19 +30,20 @@ HARDWARE = "suites/test_ascend_hardware.py::test_hardware[{}]"
 
 
 def _header(runner: str, date: str, *, npu: bool) -> dict[str, object]:
-    hardware = ({"hardware": "A3", "soc_name": "Ascend910_9391", "soc_version": 250,
-                 "cann_version": "8.3.RC1", "driver_version": "25.3.rc1.2"} if npu else
-                {"hardware": "NONE", "cann_version": None, "driver_version": None})
-    return {"type": "header", "runner": runner, "start": f"{date}T01:00:00+00:00",
-            "device": {"kind": "npu" if npu else "cpu", "count": 2 if npu else 1},
-            "hardware": hardware,
-            "packages": {"torch": "2.14.0", "torch_npu": "2.14.0" if npu else "absent",
-                         "vllm": "0.33.0", "vllm_ascend": "0.23.0.post1" if npu else "absent",
-                         "verl": "0.9.1", "npu-regress": "0.1.0"}}
+    """A real night's header (tests/fixtures/nights.py): the CPU runner's, or the A3
+    machine's that the hardware spoof made the plugin write. That night's children ran on
+    the CPU, so an A3 runner's session of two NPUs (its device, torch and torch_npu) is put
+    in through the harness's own ``DeviceInfo``."""
+    record = nights.header(runner, date, npu=npu)
+    if npu:
+        record["device"] = DeviceInfo(kind="npu", count=2, reason="auto: 2 NPUs",
+                                      npu_missing=None, torch_version="2.14.0",
+                                      torch_npu_version="2.14.0").to_dict()
+        record["packages"] = {**record["packages"], "torch": "2.14.0", "torch_npu": "2.14.0"}
+    return record
 
 
-def _test(test_id: str, outcome: str, **extra: object) -> dict[str, object]:
-    return {"type": "test", "id": test_id, "outcome": outcome, "duration": 1.5, **extra}
+_test = nights.result
 
 
 SWITCH_FAIL = (
@@ -75,10 +78,10 @@ def _night(tmp: Path, runner: str, date: str, *, npu: bool, broken: bool) -> Pat
             test_id = LOGPROB.format(switch, dtype)
             if broken and npu and switch == "on" and dtype == "float32":
                 records.append(_test(test_id, "failed", longrepr=LOGPROB_FAIL,
-                                     logprob_report=LOGPROB_REPORT, children=[{
-                                         "pid": 4242, "outcome": "returned", "signal": None,
-                                         "summary": "returned in 3.1 s",
-                                         "stderr_tail": "W1130 engine warning\n"}]))
+                                     logprob_report=LOGPROB_REPORT, children=[nights.child(
+                                         pid=4242, outcome="returned", signal=None,
+                                         summary="returned in 3.1 s",
+                                         stderr_tail="W1130 engine warning\n")]))
             elif switch == "off" and dtype == "bfloat16":
                 records.append(_test(test_id, "xfailed", reason="inverse control found nothing"))
             else:
@@ -91,10 +94,8 @@ def _night(tmp: Path, runner: str, date: str, *, npu: bool, broken: bool) -> Pat
             records.append(_test(test_id, "passed"))
     records.append(_test("suites/test_ascend_hardware.py::test_conformance[verl-soc-250]",
                          "skipped", reason="verl is not installed"))
-    records.append({"type": "footer", "exitstatus": 1 if broken else 0, "duration": 95.0})
-    path = tmp / f"{runner}-{date}.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
+    records.append(nights.footer(exitstatus=1 if broken else 0, duration=95.0))
+    return nights.write(tmp / f"{runner}-{date}.jsonl", records)
 
 
 def _three_nights(tmp: Path) -> Path:
@@ -258,27 +259,27 @@ def _troubled_night(tmp: Path) -> Path:
     crashed after returning its result."""
     out = tmp / "out"
     a2 = tmp / "a2.jsonl"
-    a2.write_text("".join(json.dumps(r) + "\n" for r in [
+    nights.write(a2, [
         _header("a2", "2026-11-30", npu=True),
         {"type": "collected", "total": 5, "ids": [HARDWARE.format(i) for i in range(5)]},
         _test(HARDWARE.format(0), "passed"), _test(HARDWARE.format(1), "passed"),
-        {"type": "footer", "exitstatus": 2, "interrupted": True, "signal": None,
-         "collected": 5, "duration": 12.0}]))
+        nights.footer(exitstatus=2, interrupted=True, signal=None, collected=5,
+                      duration=12.0)])
     a3 = tmp / "a3.jsonl"
     huge = {"type": "test", "id": LOGPROB.format("on", "float32"), "outcome": "failed",
             "logprob_report": {"rows": ["x" * 1000] * 3000}}
-    a3.write_text("".join(json.dumps(r) + "\n" for r in [
-        _header("a3", "2026-11-30", npu=True), huge, _test(HARDWARE.format(0), "passed"),
-        {"type": "footer", "exitstatus": 1, "duration": 30.0}]))
+    nights.write(a3, [
+        _header("a3", "2026-11-30", npu=True), nights.Unchecked(huge),
+        _test(HARDWARE.format(0), "passed"), nights.footer(exitstatus=1, duration=30.0)])
     a5 = tmp / "a5.jsonl"
     crash = ("crashed: returned a result, then was killed by SIGSEGV during exit (pid 77)")
-    a5.write_text("".join(json.dumps(r) + "\n" for r in [
+    nights.write(a5, [
         _header("a5", "2026-11-30", npu=True),
         _test(SWITCH.format("mm", "enabled"), "failed",
               longrepr=f"E   harness.ChildCrashed: isolated child {crash[9:]}",
-              children=[{"pid": 77, "outcome": "crashed", "signal": "SIGSEGV",
-                         "summary": crash, "stderr_tail": "Fatal Python error"}]),
-        {"type": "footer", "exitstatus": 1, "duration": 8.0}]))
+              children=[nights.child(pid=77, outcome="crashed", signal="SIGSEGV",
+                                     summary=crash, stderr_tail="Fatal Python error")]),
+        nights.footer(exitstatus=1, duration=8.0)])
     assert cli(["report", "render", str(a2), str(a3), str(a5), "--out", str(out)]) == 1
     return out / "report.html"
 

@@ -185,7 +185,7 @@ def test_runner_names_that_file_alike_are_refused(tmp_path: Path,
 
 def test_a_night_is_filed_under_its_start_in_utc(tmp_path: Path) -> None:
     path = _write(tmp_path / "r.jsonl", [
-        {"type": "header", "runner": "a3", "start": "2026-12-01T01:30:00+08:00"},
+        _header("a3", "2026-12-01", start="2026-12-01T01:30:00+08:00"),
         _test("t::a", "passed"), FOOTER])
     assert load_results(path).date == "2026-11-30"
     hist.add([path], tmp_path / "history")
