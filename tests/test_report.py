@@ -782,3 +782,24 @@ def test_a_real_night_is_read_and_rendered_as_the_plugin_wrote_it(tmp_path: Path
     assert card["test"] == known
     assert card["reason"].startswith("known release finding vllm-ascend-tensor-sum-dim"), card
     assert summary["new_failures"] == [] and summary["still_failing"] == []
+
+
+def test_a_missing_required_capability_is_the_runner_s_on_a_real_night(tmp_path: Path) -> None:
+    """The A3 fixture night (tests/fixtures/night-a3.jsonl: the hardware spoof's A3 machine,
+    a runner that requires ``npu`` on a CPU session): the skip turned failure is filed
+    ``required-capability`` by the check that decided it, and the report lists it as the
+    runner's, never as a finding about a release or a failure it could not place."""
+    night = Path(__file__).parent / "fixtures" / "night-a3.jsonl"
+    run = load_results(night)
+    assert run.problems == [] and run.header["hardware"]["hardware"] == "A3"
+    [failed] = [r for r in run.tests.values() if r.outcome == "error"]
+    assert failed.category == "required-capability", failed
+    out = tmp_path / "out"
+    assert cli(["report", "render", str(night), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["test"] for r in summary["required_capability"]] == [failed.id]
+    assert summary["release_findings"] == [] and summary["harness_causes"] == []
+    assert "| Required capabilities missing (the runner's, --harness-require) | 1 |" in \
+        (out / "summary.md").read_text()
+    assert "a required capability is missing on this runner" in \
+        (out / "report.html").read_text()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from harness.plugin.results import skip_reason
+from harness.plugin.verdicts import file_as
 from harness.stack.devices import has_module
 
 #: capability -> words that, in a skip reason, point to it
@@ -115,6 +116,9 @@ class RequiredCapabilities:
                     f"{req.missing}. The test skipped ({reason}); "
                     "this runner declares the capability required (--harness-require / ini "
                     "harness_require), so the skip is a failure.")
+                # the runner's, never the release's: stated where it is decided
+                file_as(lambda name, value: report.user_properties.append((name, value)),
+                        "required-capability", f"{req.spec}: {req.missing}")
                 break
         return report
 

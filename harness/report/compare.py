@@ -217,6 +217,8 @@ class Comparison:
             "fixed_upstream": self._category_rows("fixed-upstream"),
             "forward_compat": self._category_rows("forward-compat"),
             "unsupported_stack": self._category_rows("unsupported-stack"),
+            # a capability the runner declares required is missing: the runner's
+            "required_capability": self._category_rows("required-capability"),
             # a difference allowed to exist grew past its measured envelope: a finding
             "drift_grew": self._category_rows("drift-grew"),
             # the harness's own causes: they fail our CI, never the release

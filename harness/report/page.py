@@ -230,6 +230,9 @@ _CATEGORY_DIAGNOSES = (
      "not the release's"),
     ("stand-in-limit", "a limit of the CPU stand-in",
      "the stand-in does not provide what the code called: not a property of the release"),
+    ("required-capability", "a required capability is missing on this runner",
+     "the runner declares it required (--harness-require), so the skip that names it is a "
+     "failure: the runner's, not the release's"),
 )
 
 
@@ -438,6 +441,8 @@ def news(comp: Comparison) -> list[tuple[str, str, int]]:
             ("harness-causes", "the harness's own causes", len(summary["harness_causes"])),
             ("unsupported-stack", "on an unsupported stack",
              len(summary["unsupported_stack"])),
+            ("required-capability", "required capabilities missing",
+             len(summary["required_capability"])),
             ("forward-compat", "forward-compatibility", len(summary["forward_compat"])),
             ("fixed-upstream", "fixed upstream (remove from the ledger)",
              len(summary["fixed_upstream"])),

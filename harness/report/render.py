@@ -64,6 +64,8 @@ TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "St
           "release_findings": "Findings about releases",
           "harness_causes": "The harness's own causes (ours, not the release's)",
           "unsupported_stack": "On an unsupported stack (the preflight's pairing failed)",
+          "required_capability": "Required capabilities missing (the runner's, "
+                                 "--harness-require)",
           "drift_grew": "Drift grew (a difference left its measured envelope)",
           "forward_compat": "Forward-compatibility (breaks with the next releases)",
           "fixed_upstream": "Fixed upstream: remove from the ledger",
@@ -72,7 +74,7 @@ TITLES = {"new_failures": "New failures", "fixed": "Fixed", "still_failing": "St
           "not_run": "Not run (the night ended before them)"}
 #: the category sections (harness.plugin.verdicts), in the order summary.md lists them
 CATEGORY_KEYS = ("drift_grew", "upstream_drift", "release_findings", "harness_causes",
-                 "unsupported_stack",
+                 "unsupported_stack", "required_capability",
                  "forward_compat", "fixed_upstream", "known_findings")
 #: the rows of summary.md's count table, each once (drift grew is a category too)
 COUNT_KEYS = tuple(dict.fromkeys(("new_failures", "drift_grew", "fixed", "still_failing",

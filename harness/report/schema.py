@@ -107,7 +107,7 @@ class Child(TypedDict, total=False):
 #: README's verdict table lists the same ids (tests/test_verdicts.py keeps the two equal)
 CATEGORIES = ("release-finding", "drift-grew", "known-finding", "fixed-upstream",
               "upstream-drift", "vacuous", "not-comparable", "unsupported-stack",
-              "forward-compat", "harness", "stand-in-limit")
+              "forward-compat", "harness", "stand-in-limit", "required-capability")
 
 
 #: a failure's ``problems`` kept: lines, written and read back
