@@ -14,8 +14,10 @@ import defusedxml.ElementTree as ET
 import pytest
 
 PEERS = Path(__file__).parent / "peers"
-#: the warning filter the peers' own style assumes (tests that fail under -W error)
-ARGS = ["-p", "no:cacheprovider", "-W", "error::DeprecationWarning", "-rA"]
+#: the warning filter the peers' own style assumes (tests that fail under -W error); a test
+#: stuck for 300 s dumps every thread's stack (pytest's faulthandler) before the run's limit
+ARGS = ["-p", "no:cacheprovider", "-W", "error::DeprecationWarning", "-rA",
+        "-o", "faulthandler_timeout=300"]
 MODES = {
     "plain": [],
     "spawn": ["--isolate-all", "--isolation", "spawn"],
@@ -43,9 +45,15 @@ def outcomes(junit: Path) -> tuple[dict[str, str], set[str]]:
 
 def run_peers(folder: Path, mode: str) -> tuple[tuple[dict[str, str], set[str]], str]:
     junit = folder / f"junit-{mode.replace(' ', '_')}.xml"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *ARGS, *MODES[mode], f"--junitxml={junit}", "."],
-        cwd=folder, capture_output=True, text=True, timeout=600)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", *ARGS, *MODES[mode], f"--junitxml={junit}", "."],
+            cwd=folder, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as stuck:
+        said = "".join(text.decode(errors="replace") if isinstance(text, bytes) else text
+                       for text in (stuck.stdout or "", stuck.stderr or ""))
+        pytest.fail(f"the {mode} run of the peers did not end in 600 s; it said (the stacks "
+                    f"faulthandler dumped at 300 s, if any):\n{said[-12000:]}", pytrace=False)
     return outcomes(junit), proc.stdout
 
 
