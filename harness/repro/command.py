@@ -96,7 +96,7 @@ def _write(out: Path, recipe: Recipe, params: Mapping[str, int],
 
 
 def _shrink(recipe: Recipe, params: dict[str, int], folder: Path, python: str,
-            timeout: float) -> tuple[dict[str, int], list[str]]:
+            timeout: float, own_venv: bool) -> tuple[dict[str, int], list[str]]:
     """Greedy: each parameter's smaller values in turn, kept while the script still exits
     FOUND. Returns the parameters and what was shrunk, as lines."""
     said = []
@@ -105,7 +105,7 @@ def _shrink(recipe: Recipe, params: dict[str, int], folder: Path, python: str,
             trial = {**params, name: value}
             script = folder / "repro.py"
             script.write_text(recipe.script(trial))
-            if run(python, script, timeout=timeout).code == FOUND:
+            if run(python, script, timeout=timeout, own_venv=own_venv).code == FOUND:
                 said.append(f"{name} {params[name]} -> {value}")
                 params = trial
             else:
@@ -126,7 +126,8 @@ def _other_releases(recipe: Recipe, finding: Finding, releases: list[str],
         folder = work / f"release-{release}"
         script = _write(folder, recipe, params, {**versions, finding.distribution: release})
         python = fresh_venv(folder / "venv", folder / "requirements.txt", recipe.after_install)
-        got = run(python, script, timeout=timeout, label=f"{finding.distribution} {release}")
+        got = run(python, script, timeout=timeout, label=f"{finding.distribution} {release}",
+                  own_venv=True)
         inside = in_range(release, finding.affected)
         agrees = got.code == (FOUND if inside else FIXED)
         found.append({"release": release, "exit": got.code, "in_ledger_range": inside,
@@ -165,21 +166,24 @@ def reproduce(test_id: str, results: Path, out: Path, *, python: str | None = No
                                          recipe.after_install))
         if verify:
             assert interpreter is not None
-            first = run(interpreter, script, timeout=timeout, label="the case's inputs")
+            own = python is None  # the fresh venv made above
+            first = run(interpreter, script, timeout=timeout, label="the case's inputs",
+                        own_venv=own)
             runs.append(first)
             wanted = NEEDS_NPU if recipe.needs_npu and first.code == NEEDS_NPU else FOUND
             if first.code != wanted:
                 raise ReproError(f"the script did not reproduce {finding.id} ({how}): "
                                  f"{first.said()}; not written. What it printed:\n{first.tail}")
             if first.code == FOUND and shrink and recipe.params:
-                params, shrunk = _shrink(recipe, params, work, interpreter, timeout)
+                params, shrunk = _shrink(recipe, params, work, interpreter, timeout, own)
                 script = _write(work, recipe, params, versions)
-                runs.append(run(interpreter, script, timeout=timeout, label="shrunk"))
+                runs.append(run(interpreter, script, timeout=timeout, label="shrunk",
+                                own_venv=own))
                 if runs[-1].code != FOUND:
                     raise ReproError(f"the shrunk script did not reproduce: {runs[-1].said()}")
             if first.code == FOUND and recipe.control:
                 control = run(interpreter, script, recipe.control, timeout=timeout,
-                              label="the control")
+                              label="the control", own_venv=own)
                 runs.append(control)
                 if control.code != FIXED:
                     raise ReproError(f"the control did not pass: {control.said()}: the script "

@@ -52,12 +52,15 @@ def fresh_venv(folder: Path, requirements: Path,
 
 
 def run(python: Path | str, script: Path, args: Sequence[str] = (), *,
-        timeout: float = 900.0, label: str = "") -> Run:
+        timeout: float = 900.0, label: str = "", own_venv: bool = False) -> Run:
     """Run ``script`` with ``python`` from the script's folder (a clean environment for the
-    harness: nothing of this checkout on its path)."""
+    harness: nothing of this checkout on its path). ``own_venv``: ``python`` is a fresh venv
+    of ``fresh_venv``, installed without byte-compiling, so its imports write their caches
+    into it whatever ``PYTHONDONTWRITEBYTECODE`` says (a CI machine that sets it otherwise
+    compiles torch's and vLLM's modules again in every run of the script)."""
+    dropped = ("PYTHONPATH", "PYTHONSTARTUP", *(("PYTHONDONTWRITEBYTECODE",) if own_venv else ()))
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONSTARTUP") and not k.startswith(("HARNESS_",
-                                                                              "PYTEST_"))}
+           if k not in dropped and not k.startswith(("HARNESS_", "PYTEST_"))}
     try:
         proc = subprocess.run([str(python), script.name, *args], cwd=script.parent, env=env,
                               capture_output=True, text=True, timeout=timeout, check=False)
