@@ -100,3 +100,27 @@ def test_the_fixture_nights_are_real_current_and_valid() -> None:
         assert lines[0]["type"] == "header" and lines[0]["manifest"]["torch"]["version"]
         assert lines[-1]["type"] == "footer"
         assert all(x["id"].startswith("suites/") for x in lines if x["type"] == "test")
+
+
+def test_a_line_cut_from_a_real_night_is_checked_and_a_wrong_one_refused(
+        tmp_path: Path) -> None:
+    """The readers' unit tests write their lines through tests/fixtures/nights.py: a line
+    the plugin could not write (an outcome, a category or a manifest entry outside the
+    contract) is refused before any reader sees it; one marked Unchecked is written as
+    given (the tests of unreadable input)."""
+    from tests.fixtures import nights
+
+    good = nights.write(tmp_path / "good.jsonl", [
+        nights.header("a3", "2026-12-01", npu=True), nights.result("t::a", "failed"),
+        nights.footer()])
+    assert invalid_lines(good) == []
+    footer = json.loads(good.read_text().splitlines()[-1])
+    assert (footer["collected"], footer["counts"]) == (1, {"failed": 1})
+    for wrong in (nights.result("t::a", "exploded"),
+                  nights.result("t::a", "failed", category="the-weather"),
+                  nights.header("a3", "2026-12-01", manifest={"vllm": "0.24.0"})):
+        with pytest.raises(AssertionError, match="a line the plugin could not write"):
+            nights.write(tmp_path / "bad.jsonl", [wrong])
+    kept = nights.write(tmp_path / "hostile.jsonl",
+                        [nights.Unchecked(nights.result("t::a", "exploded"))])
+    assert len(invalid_lines(kept)) == 1
