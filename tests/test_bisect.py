@@ -511,3 +511,30 @@ def test_a_boundary_release_failing_half_its_runs_is_never_passed_over_as_good(
     blamed_one = next(f for f in found if f["found"] and f["first_bad"] == "3.0")
     assert "3.0 ends as tonight in 5 of 5 runs" in blamed_one["confirmed"]
     assert "2.0 good in 5 of 5 runs" in blamed_one["confirmed"]
+
+
+def test_a_failure_filed_as_the_runner_s_is_never_bisected(tmp_path: Path) -> None:
+    """A required capability the runner lacks (category required-capability, as the A3
+    fixture night files it) is no release's: tonight's such failure is refused, or left out
+    beside another, and a trial that ends so is never "as tonight"."""
+    def night(path: Path, vllm: str, **outcomes: tuple[str, str | None]) -> Path:
+        return nights.write(path, [
+            nights.header("a3", "2026-12-04", manifest=nights.manifest(vllm=vllm)),
+            *(nights.result(t, o, category=c) for t, (o, c) in outcomes.items()),
+            nights.footer(exitstatus=1)])
+
+    good = night(tmp_path / "good.jsonl", "0.23.0", a=("passed", None), b=("passed", None))
+    alone = night(tmp_path / "alone.jsonl", "0.24.0", a=("error", "required-capability"),
+                  b=("passed", None))
+    with pytest.raises(ends.BisectInputError, match="nothing to bisect: tonight's failure of "
+                       r"a \(required-capability\) is the runner's"):
+        ends.read(good, alone)
+    both = night(tmp_path / "both.jsonl", "0.24.0", a=("error", "required-capability"),
+                 b=("failed", None))
+    found = ends.read(good, both)
+    assert found.tests == ["b"]
+    assert found.notes == ["left out, the runner's failures, not a release's: "
+                           "a (required-capability)"]
+    tonight = Ending("failed", "required-capability", ["required capability 'npu' is missing"])
+    ref = Reference(good={"t": GREEN}, bad={"t": tonight})
+    assert judge({"t": tonight}, ref)[0] != BAD

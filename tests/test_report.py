@@ -803,3 +803,23 @@ def test_a_missing_required_capability_is_the_runner_s_on_a_real_night(tmp_path:
         (out / "summary.md").read_text()
     assert "a required capability is missing on this runner" in \
         (out / "report.html").read_text()
+
+
+def test_a_new_failure_that_is_the_runner_s_gets_no_bisect_command(tmp_path: Path) -> None:
+    """A required capability missing tonight (filed required-capability) while vLLM moved:
+    the card names what changed, but offers no bisect, which no release could answer."""
+    history = tmp_path / "history"
+    good = _write(tmp_path / "good.jsonl", [
+        {**_header("a3", "2026-11-29"), "manifest": _manifest(vllm="0.23.0")},
+        _test("t::npu", "passed"), _test("t::drift", "passed"), FOOTER])
+    tonight = _write(tmp_path / "tonight.jsonl", [
+        {**_header("a3", "2026-11-30"), "manifest": _manifest(vllm="0.24.0")},
+        _test("t::npu", "error", category="required-capability"),
+        _test("t::drift", "failed", longrepr="wake_up changed in meaning"), FOOTER])
+    hist.add([good], history)
+    out = tmp_path / "out"
+    assert cli(["report", "render", str(tonight), "--out", str(out), "--history",
+                str(history)]) == 0
+    rows = {r["test"]: r for r in json.loads((out / "summary.json").read_text())["new_failures"]}
+    assert rows["t::npu"]["changes"] and rows["t::npu"]["bisect_command"] is None
+    assert rows["t::drift"]["bisect_command"].startswith("npu-regress bisect ")

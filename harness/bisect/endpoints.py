@@ -11,6 +11,7 @@ from pathlib import Path
 from harness.report.history_folder import latest_night
 from harness.report.load import RunResults, load_any
 from harness.report.manifest_diff import differences
+from harness.report.schema import RUNNERS_OWN
 from harness.stack.installed import distribution, entry_version
 from harness.stack.sources import SOURCE_PACKAGES
 
@@ -151,6 +152,17 @@ def read(good_path: Path | None, bad_path: Path, tests: list[str] | None = None,
                 f"({good_path}) and {now_end.outcome} tonight ({bad_path}); a bisect looks "
                 "for the release where a test's end changed: name a test that ends "
                 "otherwise tonight")
+    runners_own = [t for t in chosen if (end := bad.tests.get(t)) is not None
+                   and end.failing and end.category in RUNNERS_OWN]
+    if runners_own:
+        said = ", ".join(f"{t} ({bad.tests[t].category})" for t in runners_own)
+        if len(runners_own) == len(chosen):
+            raise BisectInputError(
+                f"nothing to bisect: tonight's failure of {said} is the runner's (a capability "
+                "it declares required is missing), not a release's: give the runner what it "
+                "requires, or name another test with --test ID")
+        notes.append(f"left out, the runner's failures, not a release's: {said}")
+        chosen = [t for t in chosen if t not in runners_own]
     if not chosen:
         raise NothingToBisect(
             f"no test to bisect: {bad_path} has no new failure against {good_path} (failing "

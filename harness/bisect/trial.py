@@ -35,6 +35,7 @@ from harness.bisect.signature import DIFFERENT, PARTLY, SAME, Signature
 from harness.isolation.failure_text import failure_lines
 from harness.isolation.reaper import descendants, end_session
 from harness.report.load import RunResults, TestResult, load_any
+from harness.report.schema import RUNNERS_OWN
 from harness.stack.installed import entry_version, manifest_key
 
 #: categories that say a failure is ours (the harness, the stand-in), never a release's
@@ -324,7 +325,7 @@ def _as(end: Ending, ref: Ending) -> str:
     or DIFFERENT."""
     if not ref.failing:
         return SAME if end.outcome == ref.outcome else DIFFERENT
-    if not end.failing or end.category in OURS:
+    if not end.failing or end.category in OURS or end.category in RUNNERS_OWN:
         return DIFFERENT
     return end.signature.compare(ref.signature)
 

@@ -21,6 +21,7 @@ from harness.report.folded_nights import (
 )
 from harness.report.history_folder import night_file
 from harness.report.load import Problems, RunResults, TestResult
+from harness.report.schema import RUNNERS_OWN
 
 #: outcome flips (pass <-> fail) within the window that make a test flaky
 FLAKY_FLIPS = 2
@@ -356,7 +357,7 @@ def _cell(test_id: str, runner: str, res: TestResult, run: RunResults, past: Pas
         else:
             cell.status = "new-failure"
             if past is not None:
-                _bisect_hint(cell, past, letters, run)
+                _bisect_hint(cell, past, letters, run, res)
     elif res.outcome == "skipped":
         # ran on the last night this runner saw it, skips tonight: news, not noise
         cell.status = "newly-skipped" if last and last != "s" else "skipped"
@@ -388,16 +389,18 @@ def _streak_start(past: Past | None, letters: str, date: str, same: frozenset[st
     return since
 
 
-def _bisect_hint(cell: Cell, past: Past, letters: str, run: RunResults) -> None:
+def _bisect_hint(cell: Cell, past: Past, letters: str, run: RunResults,
+                 res: TestResult) -> None:
     """What changed in the runner's stack between the last night the test passed and
-    tonight: the first question at 3 a.m."""
+    tonight: the first question at 3 a.m. No bisect command for a failure filed as the
+    runner's own (a required capability missing): no release could be its first bad one."""
     from harness.report.manifest_diff import differences
 
     for night, letter in zip(reversed(past.nights), reversed(letters), strict=True):
         if letter in PASSING_LETTERS:
             cell.last_passed = night.date
             cell.changes = differences(night.header.get("manifest"), run.header.get("manifest"))
-            if cell.changes:
+            if cell.changes and res.category not in RUNNERS_OWN:
                 filed = night_file(Path("HISTORY"), night.date, run.runner)
                 cell.bisect_command = (f"npu-regress bisect {shlex.quote(str(filed))} "
                                        f"{shlex.quote(run.path)} --test {shlex.quote(cell.test)}")

@@ -108,6 +108,9 @@ class Child(TypedDict, total=False):
 CATEGORIES = ("release-finding", "drift-grew", "known-finding", "fixed-upstream",
               "upstream-drift", "vacuous", "not-comparable", "unsupported-stack",
               "forward-compat", "harness", "stand-in-limit", "required-capability")
+#: the categories that say a failure is the runner's (a capability it declares required is
+#: missing): never a release's, so nothing a bisect over releases could find
+RUNNERS_OWN = ("required-capability",)
 
 
 #: a failure's ``problems`` kept: lines, written and read back
