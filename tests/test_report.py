@@ -659,17 +659,25 @@ def test_a_drift_is_drawn_over_the_nights_and_one_that_grew_is_its_own_category(
     assert json.loads((out / "summary.json").read_text())["drift_grew"][0]["test"] == case
 
 
-def test_a_new_failure_card_carries_the_bisect_command_or_its_outcome(tmp_path: Path) -> None:
-    """Without a bisect: the command that runs one; with a bisect.json: what it found; a
-    file that is not a bisect outcome is said, not shown."""
+def _vllm_moved(tmp_path: Path, tonight: list[dict], now: str = "0.24.0") -> tuple[Path, Path]:
+    """Runner a3's good night (2026-11-29, vLLM 0.23.0, each of tonight's tests passing) filed
+    in a history, and tonight's night (vLLM ``now``) of the records ``tonight``: the history
+    folder and tonight's file."""
     history = tmp_path / "history"
     good = _write(tmp_path / "good.jsonl", [
         {**_header("a3", "2026-11-29"), "manifest": _manifest(vllm="0.23.0")},
-        _test("t::drift", "passed"), FOOTER])
-    tonight = _write(tmp_path / "tonight.jsonl", [
-        {**_header("a3", "2026-11-30"), "manifest": _manifest(vllm="0.24.0")},
-        _test("t::drift", "failed", longrepr="wake_up changed in meaning"), FOOTER])
+        *(_test(t["id"], "passed") for t in tonight), FOOTER])
     hist.add([good], history)
+    night = _write(tmp_path / "tonight.jsonl", [
+        {**_header("a3", "2026-11-30"), "manifest": _manifest(vllm=now)}, *tonight, FOOTER])
+    return history, night
+
+
+def test_a_new_failure_card_carries_the_bisect_command_or_its_outcome(tmp_path: Path) -> None:
+    """Without a bisect: the command that runs one; with a bisect.json: what it found; a
+    file that is not a bisect outcome is said, not shown."""
+    history, tonight = _vllm_moved(tmp_path, [
+        _test("t::drift", "failed", longrepr="wake_up changed in meaning")])
     out = tmp_path / "plain"
     assert cli(["report", "render", str(tonight), "--out", str(out), "--history",
                 str(history)]) == 0
@@ -697,15 +705,9 @@ def test_a_new_failure_card_carries_the_bisect_command_or_its_outcome(tmp_path: 
 def test_each_failure_group_s_bisect_card_goes_on_its_own_tests(tmp_path: Path) -> None:
     """bisect.json schema 2: one outcome per distinct failure; each card on its own tests,
     never one line on every card. A schema 2 file without its groups is said, not shown."""
-    history = tmp_path / "history"
-    good = _write(tmp_path / "good.jsonl", [
-        {**_header("a3", "2026-11-29"), "manifest": _manifest(vllm="0.23.0")},
-        _test("t::a", "passed"), _test("t::b", "passed"), FOOTER])
-    tonight = _write(tmp_path / "tonight.jsonl", [
-        {**_header("a3", "2026-11-30"), "manifest": _manifest(vllm="0.25.0")},
+    history, tonight = _vllm_moved(tmp_path, [
         _test("t::a", "failed", longrepr="decode rows differ"),
-        _test("t::b", "failed", longrepr="max_ulp grew"), FOOTER])
-    hist.add([good], history)
+        _test("t::b", "failed", longrepr="max_ulp grew")], now="0.25.0")
     outcome = tmp_path / "bisect.json"
     outcome.write_text(json.dumps({
         "schema": 2, "runner": "a3", "tests": ["t::a", "t::b"], "status": "found",
@@ -808,15 +810,9 @@ def test_a_missing_required_capability_is_the_runner_s_on_a_real_night(tmp_path:
 def test_a_new_failure_that_is_the_runner_s_gets_no_bisect_command(tmp_path: Path) -> None:
     """A required capability missing tonight (filed required-capability) while vLLM moved:
     the card names what changed, but offers no bisect, which no release could answer."""
-    history = tmp_path / "history"
-    good = _write(tmp_path / "good.jsonl", [
-        {**_header("a3", "2026-11-29"), "manifest": _manifest(vllm="0.23.0")},
-        _test("t::npu", "passed"), _test("t::drift", "passed"), FOOTER])
-    tonight = _write(tmp_path / "tonight.jsonl", [
-        {**_header("a3", "2026-11-30"), "manifest": _manifest(vllm="0.24.0")},
+    history, tonight = _vllm_moved(tmp_path, [
         _test("t::npu", "error", category="required-capability"),
-        _test("t::drift", "failed", longrepr="wake_up changed in meaning"), FOOTER])
-    hist.add([good], history)
+        _test("t::drift", "failed", longrepr="wake_up changed in meaning")])
     out = tmp_path / "out"
     assert cli(["report", "render", str(tonight), "--out", str(out), "--history",
                 str(history)]) == 0
