@@ -158,10 +158,7 @@ def _night(path: Path, runner: str, manifest: dict[str, str | None],
            outcomes: dict[str, str]) -> Path:
     """A night cut from a real one (tests/fixtures/nights.py): its manifest with the named
     packages at these versions (``None``: absent), and these outcomes."""
-    entries = nights.manifest(**{k: v for k, v in manifest.items() if v is not None})
-    for name in [k for k, v in manifest.items() if v is None]:
-        entries[name] = {**entries.get(name, {}), "version": None}
-    header = nights.header(runner, "2026-12-04", manifest=entries)
+    header = nights.header(runner, "2026-12-04", manifest=nights.manifest(**manifest))
     return nights.write(path, [header, *(nights.result(i, o) for i, o in outcomes.items()),
                                nights.footer(exitstatus=1)])
 
