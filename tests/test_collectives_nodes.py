@@ -27,7 +27,7 @@ import pytest
 from harness.collectives import expected, properties
 from harness.collectives.launchers import LaunchSpec, get
 from harness.collectives.launchers.protocol import PET
-from harness.collectives.launchers.torchrun import LOOPBACK_NAME, as_node
+from harness.collectives.launchers.torchrun import LOOPBACK_NAME, TorchrunLauncher, as_node
 from harness.collectives.ranks import RankError, node_id
 from harness.stack.network import free_port
 
@@ -156,6 +156,46 @@ def _fails_and_is_named(spec: LaunchSpec, how: str, says: str, tmp_path: Path) -
     pids = [int(p.read_text()) for p in tmp_path.glob("pid*")]
     assert len(pids) == 4, pids
     assert _started_by(pids, before) == []
+
+
+def _node_0_lost_its_rendezvous(monkeypatch: pytest.MonkeyPatch, after: float) -> None:
+    """Node 0's report as its agent gives it when the rendezvous breaks under it (seen on CI:
+    node 1's agent ended with its failed rank, then node 0's raised
+    ``RendezvousConnectionError``): no values, no failures, the agent's error, ``after``
+    seconds past node 1's first failure."""
+    real = TorchrunLauncher._collect
+
+    def collect(self: TorchrunLauncher, *args: object, **kwargs: object) -> dict:
+        reports = real(self, *args, **kwargs)
+        first = min(f["failed_at"] for f in reports[1]["failures"].values())
+        reports[0].update(values={}, failures={}, error_at=first + after,
+                          error="RendezvousConnectionError: The connection to the C10d store "
+                                "has failed. See inner exception for details.")
+        return reports
+
+    monkeypatch.setattr(TorchrunLauncher, "_collect", collect)
+
+
+@pytest.mark.parametrize("after", [0.5, -0.5], ids=["after-the-rank", "before-the-rank"])
+def test_a_node_whose_agent_failed_after_a_rank_does_not_hide_the_rank(
+        after: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cause is what failed first: rank 3, with node 0's lost rendezvous said after it;
+    the control, node 0's agent failing first, names node 0."""
+    _node_0_lost_its_rendezvous(monkeypatch, after)
+    with pytest.raises(RankError) as caught:
+        get(TWO_NODES).run(_fails_on_node_1, (str(tmp_path), "raise"), world=4,
+                           backend="gloo", timeout=60)
+    lines = str(caught.value).splitlines()
+    if after > 0:
+        assert caught.value.rank == 3, lines
+        assert lines[0].startswith(f"rank 3 of 4 (gloo) on node {NODE1} (node rank 1, local "
+                                   "rank 1) exited with status 1: ValueError"), lines
+        assert any(line.startswith(f"  then node 0 ({node_id()}) could not run its ranks: "
+                                   "RendezvousConnectionError") for line in lines), lines
+    else:
+        assert caught.value.rank == 0, lines
+        assert lines[0].startswith(f"node 0 of 2 ({node_id()}) could not run its ranks: "
+                                   "RendezvousConnectionError"), lines
 
 
 def _serve(store_port: int) -> subprocess.Popen[bytes]:

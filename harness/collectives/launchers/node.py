@@ -135,6 +135,7 @@ def run_job(job: dict[str, Any], node_rank: int, publish: Any) -> None:
         report["failures"] = _failures(folder, exc.failures)
     except Exception as exc:  # noqa: BLE001 - the rendezvous or the agent: named by node
         report["error"] = f"{type(exc).__name__}: {exc}"
+        report["error_at"] = time.time()  # against a rank's ``failed_at``: which came first
     report["ranks"] = _local(folder)
     publish(report)
     shutil.rmtree(folder, ignore_errors=True)

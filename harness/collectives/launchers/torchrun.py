@@ -170,11 +170,16 @@ def _results(reports: dict[int, dict[str, Any]], world: int, backend: str,
         node, k, local = where.get(rank, ("?", -1, -1))
         return f" on node {node} (node rank {k}, local rank {local})"
 
-    errors = [(k, r["error"]) for k, r in reports.items() if r.get("error")]
-    if errors:
-        k, error = errors[0]
+    errors = sorted((r.get("error_at", 0.0), k) for k, r in reports.items() if r.get("error"))
+    failed = [f["failed_at"] for r in reports.values() for f in r["failures"].values()]
+    if errors and not (failed and min(failed) < errors[0][0]):
+        k = errors[0][1]
         raise RankError(f"node {k} of {len(reports)} ({reports[k]['node']}) could not run its "
-                        f"ranks: {error}", k * (world // len(reports)))
+                        f"ranks: {reports[k]['error']}", k * (world // len(reports)))
+    # a node whose agent failed after a rank did (its rendezvous lost with the other node's
+    # agent) follows from that rank: the rank is named, the node's error said after it
+    then = [f"  then node {k} ({reports[k]['node']}) could not run its ranks: "
+            f"{reports[k]['error']}" for _, k in errors]
     codes: dict[int, int | None] = {r: None for r in range(world)}
     outs: dict[int, dict[str, Any] | None] = {}
     stacks: dict[int, str] = {}
@@ -186,7 +191,12 @@ def _results(reports: dict[int, dict[str, Any]], world: int, backend: str,
         stacks.update(report.get("stacks", {}))
     if any(report["failures"] for report in reports.values()):
         first = min(outs, key=lambda r: outs[r]["failed_at"])  # type: ignore[index]
-        raise ranks.name_failure(world, backend, codes, outs, first, stacks, place)
+        error = ranks.name_failure(world, backend, codes, outs, first, stacks, place)
+        if then:
+            head, _, rest = str(error).partition("\n")
+            error = RankError("\n".join([head, *then, *([rest] if rest else [])]),
+                              error.rank, error.stacks)
+        raise error
     if any(report["hung"] for report in reports.values()):
         live = sorted(r for r, c in codes.items() if c is None)
         raise ranks.name_hang(world, backend, timeout, live or sorted(stacks), stacks, place)
