@@ -24,7 +24,8 @@ def test_switch(invariance_target: InvarianceTarget, check: str, enabled: bool,
     budget = invariance_target.time_budget(request.config.stash[SESSION_KEY].timeout)
     res = run_on_npu(run_switch_case, invariance_target.name, check, enabled, inputs,
                      env=invariance_target.switch_env(enabled),
-                     events=invariance_target.event_patterns(), timeout=budget)
+                     events=invariance_target.event_patterns(), timeout=budget,
+                     preload=invariance_target.child_imports)
     record_property("recorder", res.recorder)
     record_property("switch_evidence", res.value.shown())
     # every operator and dispatch key the switch changed: the target's whole footprint when
@@ -61,7 +62,8 @@ def test_switch_values(invariance_target: InvarianceTarget, case: str, run_on_np
     budget = _applicable(invariance_target, case, "value cases", request)
     cases = {dtype: values.inputs(case, dtype) for dtype in values.DTYPES}
     res = run_on_npu(values.run_value_case, invariance_target.name, case, cases,
-                     env=invariance_target.switch_env(True), timeout=budget)
+                     env=invariance_target.switch_env(True), timeout=budget,
+                     preload=invariance_target.child_imports)
     record_property("value_differences", res.value["differs"])
     problems = values.judge(invariance_target, case, res.value)
     release = invariance_target.release()
@@ -80,7 +82,7 @@ def test_switch_call_forms(invariance_target: InvarianceTarget, case: str, run_o
     given = call_forms.inputs()
     got = {enabled: run_on_npu(call_forms.run_forms, invariance_target.name, case, enabled,
                                given, env=invariance_target.switch_env(enabled),
-                               timeout=budget).value
+                               timeout=budget, preload=invariance_target.child_imports).value
            for enabled in (False, True)}
     problems = call_forms.judge(invariance_target, case, got[False], got[True])
     release = invariance_target.release()
@@ -98,7 +100,7 @@ def test_switch_on_then_off(invariance_target: InvarianceTarget, run_on_npu,
         pytest.skip(f"{target.name}: {target.release()} has no in-process off")
     budget = target.time_budget(request.config.stash[SESSION_KEY].timeout)
     res = run_on_npu(on_off.run_on_then_off, target.name, env=target.switch_env(False),
-                     timeout=budget)
+                     timeout=budget, preload=target.child_imports)
     record_property("left_patched", {"kernels": res.value["left_footprint"],
                                      "functions": res.value["left_rebound"]})
     problems = on_off.judge(target, res.value)

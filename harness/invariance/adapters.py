@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
+from harness.invariance import verl_switch
 from harness.invariance.target import (
     SWITCH_ENV,
     Expect,
@@ -280,6 +281,9 @@ class VerlTarget(VllmAscendTarget):
     #: a case with Ray's start: median 10.5 s (9.4-11.8 s, 14 cases) on an idle 2-core
     #: runner; at load average 15-25 three cases passed 180 s while Ray was still starting
     start_cost_s = 10.5
+    #: verl's import (3-4 s a case here) in a server of the case's environment; it decides
+    #: there, as in the child, that there is no NPU (the stand-in comes after it)
+    child_imports = (verl_switch.MAIN_PPO,)
 
     def unavailable(self, device_kind: str, npu_missing: str | None) -> str | None:
         if not has_module("verl"):
@@ -297,15 +301,11 @@ class VerlTarget(VllmAscendTarget):
         return unset_env(self.declared())  # the variable is verl's to set
 
     def device(self) -> Any:
-        from harness.invariance import verl_switch
-
         verl_switch.load()
         return super().device()
 
     def set_switch(self, enabled: bool) -> None:
-        from harness.invariance.verl_switch import turn_switch
-
-        self.worker_env = turn_switch(enabled)
+        self.worker_env = verl_switch.turn_switch(enabled)
         self._init()
 
     def evidence(self) -> dict[str, Any]:

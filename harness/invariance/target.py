@@ -53,6 +53,10 @@ class InvarianceTarget:
     #: what starting one case costs beyond the check itself, measured on an idle 2-core
     #: runner (verl: its run_ppo starts a local Ray); scaled by the load at run time
     start_cost_s: float = 0.0
+    #: modules a case's child imports that read the environment at import (verl's
+    #: trainer): the child is forked from a server that imported them in the child's own
+    #: environment (``run_on_npu``'s ``preload``), not imported by each child
+    child_imports: tuple[str, ...] = ()
 
     def time_budget(self, base: float) -> float:
         """The child timeout for one case: ``base`` plus four times the measured start cost,

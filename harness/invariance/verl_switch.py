@@ -25,7 +25,9 @@ from harness.stack.upstream import UpstreamApiMoved, release, require, source_fi
 #: verl's own PPO config (the one its hydra entry point composes)
 CONFIG_PACKAGE = "verl.trainer.config"
 CONFIG_FILE = "_generated_ppo_trainer.yaml"
-#: what the harness relies on in verl; a missing one is an upstream API that moved
+#: verl's PPO entry module, and what the harness relies on in it; a missing one is an
+#: upstream API that moved
+MAIN_PPO = "verl.trainer.main_ppo"
 MAIN_PPO_SYMBOLS = ("run_ppo",)
 OPTION = "actor_rollout_ref.rollout.full_determinism"
 #: the variables verl's determinism switch touches, as a worker sees them
@@ -70,7 +72,7 @@ def load() -> Any:
     whether torch_npu is usable, and on a machine without an NPU it must see none)."""
     import importlib
 
-    main_ppo = importlib.import_module("verl.trainer.main_ppo")
+    main_ppo = importlib.import_module(MAIN_PPO)
     require(main_ppo, "verl", MAIN_PPO_SYMBOLS)
     return main_ppo
 

@@ -19,7 +19,8 @@ wakes its select loop), so no other thread's locks are ever inherited by a child
 
 Limits: environment variables that a preloaded module reads at import time (for example
 ``OMP_NUM_THREADS`` for torch, ``TORCH_DEVICE_BACKEND_AUTOLOAD``) were read by the server;
-a child's ``env`` can no longer change them. Use spawn for such checks.
+a child's ``env`` can no longer change them. Use spawn for such checks, or a keyed server
+(``harness.isolation.keyed``), started in the child's own environment.
 """
 
 from __future__ import annotations
@@ -494,7 +495,10 @@ class ForkServerLauncher:
     name = "forkserver"
 
     def __init__(self, preload: tuple[str, ...] = DEFAULT_PRELOAD,
-                 warmup: tuple[str, str] | None = None) -> None:
+                 warmup: tuple[str, str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """``env``: the server's environment (default this process's): a keyed server
+        (``harness.isolation.keyed``) imports its preload in its children's environment."""
         self.preload = tuple(preload)
         self._dir = str(workdirs.make("fs"))
         self.sock_path = os.path.join(self._dir, "sock")
@@ -505,7 +509,7 @@ class ForkServerLauncher:
             f"serve({self.sock_path!r}, {list(self.preload)!r}"
             + (f", {warmup!r})" if warmup else ")")
         )
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        env = dict(os.environ if env is None else env, PYTHONPATH=os.pathsep.join(
             p for p in [package_root, *sys.path] if isinstance(p, str) and p))
         self.proc = subprocess.Popen(
             # stdin: a pipe we never write; its end tells the server we are gone

@@ -12,7 +12,7 @@ import pytest
 from harness.hardware import AscendHardwareVersion, NpuVersions
 from harness.hardware.spoof import NpuSpoof
 from harness.isolation.result import IsolatedResult
-from harness.isolation.run import child_contexts, isolate
+from harness.isolation.run import child_contexts, child_environ, isolate
 from harness.plugin.attach import RESULTS_KEY, attach_result
 from harness.plugin.results import child_record
 from harness.plugin.session import SESSION_KEY
@@ -70,7 +70,10 @@ def run_on_npu(request: pytest.FixtureRequest) -> Callable[..., IsolatedResult]:
 
     Returns the ``IsolatedResult``; raises what the child raised, keeps skip / xfail / fail,
     and raises ``ChildCrashed`` / ``ChildTimeout`` / ``ChildError`` otherwise. Inside the child
-    ``harness.device()`` is the session's ``torch.device``.
+    ``harness.device()`` is the session's ``torch.device``. ``preload``: modules the check
+    imports that read the environment at import (vLLM's engine, verl's trainer): the child
+    is forked from a server that imported them in the child's own environment
+    (``harness.isolation.keyed``), not the session's.
     """
     session = request.config.stash[SESSION_KEY]
     marker = request.node.get_closest_marker("isolation_timeout")
@@ -78,13 +81,16 @@ def run_on_npu(request: pytest.FixtureRequest) -> Callable[..., IsolatedResult]:
 
     def run(fn: Callable[..., Any], *args: Any, env: Mapping[str, str | None] | None = None,
             timeout: float | None = None, events: Sequence[str] | None = None,
-            spoof: NpuSpoof | None = None, **kwargs: Any) -> IsolatedResult:
+            spoof: NpuSpoof | None = None, preload: Sequence[str] = (),
+            **kwargs: Any) -> IsolatedResult:
         __tracebackhide__ = True
+        child = {**session.child_env(), **(env or {})}
         res = isolate(
             fn, args, kwargs,
             timeout=default_timeout if timeout is None else timeout,
-            env={**session.child_env(), **(env or {})},
-            launcher=session.launcher(),
+            env=child,
+            launcher=session.launcher_for(tuple(preload), child_environ(child)) if preload
+            else session.launcher(),
             contexts=child_contexts(events, spoof),
         )
         attach_result(request.node, res)

@@ -22,6 +22,7 @@ import pytest
 from harness.collectives.launchers import LaunchSpec
 from harness.hardware import NpuVersions, detect_in_child
 from harness.isolation import reaper
+from harness.isolation.keyed import KeyedServers
 from harness.isolation.run import Launcher, resolve_launcher
 from harness.isolation.server import (
     DEFAULT_PRELOAD,
@@ -77,6 +78,9 @@ class HarnessSession:
     ranks: LaunchSpec = field(default_factory=LaunchSpec)
     _launcher: Launcher | None = field(default=None, repr=False)
     _server: ReplacingForkServer | None = field(default=None, repr=False)
+    _keyed: KeyedServers | None = field(default=None, repr=False)
+    #: why a keyed server could not serve (said once; its checks import for themselves)
+    keyed_refused: str | None = None
     _previous_sigterm: Any = field(default=None, repr=False)
 
     def launcher(self) -> Launcher:
@@ -95,6 +99,25 @@ class HarnessSession:
                 f"forkserver unavailable, isolating with spawn instead: {why}"), stacklevel=1)
         self._launcher = launcher
         return launcher
+
+    def launcher_for(self, imports: tuple[str, ...], env: dict[str, str]) -> Launcher:
+        """The launcher of a check that imports ``imports`` with ``env`` as its whole
+        environment: a forkserver that imported them in that environment
+        (``harness.isolation.keyed``), where this session forks its children; else the
+        session's own (the child imports them itself, as before)."""
+        launcher = self.launcher()
+        if not imports or launcher.name != "forkserver" or self.keyed_refused:
+            return launcher
+        if self._keyed is None:
+            self._keyed = KeyedServers(self.preload)
+        try:
+            return self._keyed.get(imports, env)
+        except ForkServerUnavailable as exc:
+            self.keyed_refused = str(exc)
+            warnings.warn(HarnessWarning(
+                f"a forkserver that preloads {', '.join(imports)} could not serve ({exc}): "
+                "those checks import them in their own child instead"), stacklevel=1)
+            return launcher
 
     def prestart(self) -> None:
         """Start this session's forkserver now, without waiting for it to be ready."""
@@ -144,6 +167,8 @@ class HarnessSession:
     def close(self) -> None:
         """End the server and what it started; then, after a SIGTERM, die by it as asked."""
         reaper.end_all_live()
+        if self._keyed is not None:
+            self._keyed.close()
         if self._server is not None:
             self._server.close()
         if self.warm_plan is not None:  # the plan's folder (``preload.Plan.write``)
