@@ -49,7 +49,7 @@ def test_a_module_read_at_import_sees_the_child_s_environment(
     monkeypatch.setenv("PYTHONPATH", str(pytester.path))
     monkeypatch.delenv("NPU_REGRESS_PROBE", raising=False)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", "-k", "test_keyed",
-                                           "-W", "error::pytest.PytestWarning")
+                                           "-W", "error::harness.plugin.session.HarnessWarning")
     result.assert_outcomes(passed=1)
 
 
