@@ -12,7 +12,7 @@ import pytest
 from harness.hardware import AscendHardwareVersion, NpuVersions
 from harness.hardware.spoof import NpuSpoof
 from harness.isolation.result import IsolatedResult
-from harness.isolation.run import child_contexts, child_environ, isolate
+from harness.isolation.run import child_contexts, isolate
 from harness.plugin.attach import RESULTS_KEY, attach_result
 from harness.plugin.results import child_record
 from harness.plugin.session import SESSION_KEY
@@ -89,8 +89,7 @@ def run_on_npu(request: pytest.FixtureRequest) -> Callable[..., IsolatedResult]:
             fn, args, kwargs,
             timeout=default_timeout if timeout is None else timeout,
             env=child,
-            launcher=session.launcher_for(tuple(preload), child_environ(child)) if preload
-            else session.launcher(),
+            launcher=session.launcher_for(tuple(preload), child),
             contexts=child_contexts(events, spoof),
         )
         attach_result(request.node, res)

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from harness.collectives.launchers import LaunchSpec
 from harness.hardware import NpuVersions, detect_in_child
 from harness.isolation import reaper
 from harness.isolation.keyed import KeyedServers
-from harness.isolation.run import Launcher, resolve_launcher
+from harness.isolation.run import Launcher, child_environ, resolve_launcher
 from harness.isolation.server import (
     DEFAULT_PRELOAD,
     ForkServerLauncher,
@@ -100,18 +101,19 @@ class HarnessSession:
         self._launcher = launcher
         return launcher
 
-    def launcher_for(self, imports: tuple[str, ...], env: dict[str, str]) -> Launcher:
-        """The launcher of a check that imports ``imports`` with ``env`` as its whole
-        environment: a forkserver that imported them in that environment
-        (``harness.isolation.keyed``), where this session forks its children; else the
-        session's own (the child imports them itself, as before)."""
+    def launcher_for(self, imports: tuple[str, ...], env: Mapping[str, str | None]
+                     ) -> Launcher:
+        """The launcher of a check that imports ``imports`` and asks for ``env``: a
+        forkserver that imported them in the child's whole environment (``child_environ``,
+        as ``isolate`` makes it; ``harness.isolation.keyed``), where this session forks its
+        children; else the session's own (the child imports them itself)."""
         launcher = self.launcher()
         if not imports or launcher.name != "forkserver" or self.keyed_refused:
             return launcher
         if self._keyed is None:
             self._keyed = KeyedServers(self.preload)
         try:
-            return self._keyed.get(imports, env)
+            return self._keyed.get(imports, child_environ(env))
         except ForkServerUnavailable as exc:
             self.keyed_refused = str(exc)
             warnings.warn(HarnessWarning(
