@@ -77,17 +77,22 @@ def test_logprob_batch_invariance(check: str, source: str, switch: str, dtype: s
     enabled = switch == "on"
     target = pick_target(device.kind, device.npu_missing)
     env = target.switch_env(enabled)
+    preload: tuple[str, ...] = ()
+    if variant is not None:  # vLLM imported before the fork, in the child's own variables
+        env = {**env, **vllm_source.child_env(source, enabled, device.kind)}
+        preload = vllm_source.CHILD_IMPORTS
     report = run_on_npu(run_logprob_case, source, enabled, dtype, target.name, check,
-                        env=env).value
+                        env=env, preload=preload).value
     if check == "repeat":  # and once more in another process
         first = report
         report = compare_repeat(first, run_on_npu(run_logprob_case, source, enabled, dtype,
-                                                  target.name, check, env=env).value)
+                                                  target.name, check, env=env,
+                                                  preload=preload).value)
         if any(m.detail.endswith("vs process 1") for m in report.mismatches):
             # a third process tells one that went its own way from two stable answers
             third = compare_repeat(first, run_on_npu(run_logprob_case, source, enabled,
-                                                     dtype, target.name, check,
-                                                     env=env).value, "process 3")
+                                                     dtype, target.name, check, env=env,
+                                                     preload=preload).value, "process 3")
             report.not_comparable += third.not_comparable
             report.source += f" [{processes_agreeing([first, report, third])}]"
     record_property("logprob_report", report.summary())

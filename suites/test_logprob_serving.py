@@ -46,8 +46,10 @@ def test_logprob_serving(prop: str, switch: str, dtype: str, request, run_on_npu
     if reason:
         pytest.skip(f"serving cases (vLLM engine): {reason}")
     enabled = switch == "on"
+    # vLLM imported before the fork, by a server in the child's own variables
     report = run_on_npu(serving.run_serving_case, prop, enabled, dtype,
-                        env={"VLLM_BATCH_INVARIANT": None}).value
+                        env=vllm_source.child_env("vllm", enabled, device.kind),
+                        preload=vllm_source.CHILD_IMPORTS).value
     # the logprob family's property: the report shows these rows beside the batch-size ones
     record_property("logprob_report", report.summary())
     if report.vacuous:  # the condition the property claims did not happen: never a pass

@@ -206,11 +206,12 @@ def test_messages_round_trip_and_refuse_what_is_out_of_place() -> None:
     from harness.isolation import messages as m
 
     for message in (m.Fork("/w", {"A": "1"}, "/c"), m.Exec("/w", {}, "/c", ["python", "-c", ""]),
-                    m.WarmUp("pkg.mod:fn", "arg"), m.Ready(12, {"modules": 3}),
+                    m.WarmUp("pkg.mod:fn", "arg"), m.Branch({"A": "1"}, ["vllm"], "/s"),
+                    m.Ready(12, {"modules": 3}),
                     m.Unavailable("why", refused="why"), m.Warmed([1]), m.Refused("no"),
                     m.Started(7), m.NotStarted("full"), m.Ended(-9)):
         assert m.decode(m.encode(message), (type(message),)) == message
-    with pytest.raises(m.ProtocolError, match="expected fork or exec or warm_up, got ended"):
+    with pytest.raises(m.ProtocolError, match="expected fork or exec or warm_up or branch, got ended"):
         m.decode(m.encode(m.Ended(0)), m.REQUESTS)
     with pytest.raises(m.ProtocolError, match="not an isolation-server message"):
         m.decode(b'{"status": 3}', (m.Ended,))

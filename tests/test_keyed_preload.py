@@ -13,6 +13,7 @@ import os
 
 VALUE = os.environ.get("NPU_REGRESS_PROBE")
 IMPORTED_IN = os.getpid()
+IMPORTER_PARENT = os.getppid()
 """
 
 CHECKS = """
@@ -33,6 +34,17 @@ def test_keyed(run_on_npu):
     assert all(imported != child for _, imported, child in got)
     # one server per environment, the first reused for the third check
     assert got[0][1] == got[2][1] != got[1][1]
+    # each forked from the session's server (which holds the session's preload), not a
+    # fresh interpreter that imports it all again: a plain check's parent is that server
+    session_server = run_on_npu(os.getppid).value
+    probe = lambda: (lambda m: (m.IMPORTED_IN, m.IMPORTER_PARENT))(  # noqa: E731
+        __import__("probe_at_import"))
+    branches = [run_on_npu(probe, env={"NPU_REGRESS_PROBE": value},
+                           preload=("probe_at_import",)).value for value in ("a", "b")]
+    assert {parent for _, parent in branches} == {session_server}, (branches, session_server)
+    # and a plain check's end (the session's server then ends what its children left)
+    # left the branches and theirs alone: "a"'s server is the one of the first check
+    assert branches[0][0] == got[0][1], (branches, got)
 
 
 def test_session_preload(run_on_npu):

@@ -68,10 +68,10 @@ def become_subreaper() -> None:
         _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _descendants(pid: int) -> list[int] | None:
-    """Every pid below ``pid``, from the kernel's per-thread ``children`` lists (a few file
-    reads, where a scan of all of /proc costs milliseconds per check); None where the
-    kernel has no such lists."""
+def _descendants(pid: int, prune: frozenset[int] = frozenset()) -> list[int] | None:
+    """Every pid below ``pid`` but those in ``prune`` and what is below them, from the
+    kernel's per-thread ``children`` lists (a few file reads, where a scan of all of /proc
+    costs milliseconds per check); None where the kernel has no such lists."""
     found: list[int] = []
     todo = [pid]
     while todo:
@@ -90,20 +90,20 @@ def _descendants(pid: int) -> list[int] | None:
                 kids = []
             except OSError:
                 kids = []
+            kids = [k for k in kids if k not in prune]
             found.extend(kids)
             todo.extend(kids)
     return found
 
 
 def end_descendants(keep: frozenset[int] = frozenset()) -> None:
-    """SIGKILL every process below this one but ``keep`` (the forkserver's spare child), and
-    reap them: with ``become_subreaper`` that is everything started below us, whatever
-    session it moved to. Repeated while new orphans appear (a process that forked while we
-    killed its parent is adopted by us)."""
+    """SIGKILL every process below this one but ``keep`` and what is below those (the
+    forkserver's spare child; its branches, each serving children of its own), and reap
+    them: with ``become_subreaper`` that is everything started below us, whatever session
+    it moved to. Repeated while new orphans appear (a process that forked while we killed
+    its parent is adopted by us)."""
     for _ in range(5):
-        pids = _descendants(os.getpid())
-        if pids is not None:
-            pids = [pid for pid in pids if pid not in keep]
+        pids = _descendants(os.getpid(), keep)
         if pids == []:
             return
         import psutil
@@ -112,9 +112,13 @@ def end_descendants(keep: frozenset[int] = frozenset()) -> None:
 
         procs: list[psutil.Process] = []
         if pids is None:
+            kept = set(keep)
+            for pid in keep:
+                with contextlib.suppress(psutil.Error):
+                    kept.update(p.pid for p in psutil.Process(pid).children(recursive=True))
             with contextlib.suppress(psutil.Error):
                 procs = [p for p in psutil.Process().children(recursive=True)
-                         if p.pid not in keep]
+                         if p.pid not in kept]
         for pid in pids or ():
             with contextlib.suppress(psutil.Error):
                 procs.append(psutil.Process(pid))

@@ -10,18 +10,20 @@ of it, not a list of variables someone thought of; only pytest's name of the run
 is left out), so what a module read at import is what the child's own import would have
 read; the child then pays a fork.
 
-Kept per (modules, environment), the ``KEEP`` most recently used: each holds all it imported,
-and a suite's cases take a few environments (the switch on, off, a variant's own). Each
-imports the session's whole preload again (about 15 s of CPU for this project's list): it
-pays for itself over many children of one environment (the verl cases), not over a few.
+Kept per (modules, environment), the ``KEEP`` most recently used: a suite's cases take a few
+environments (the switch on, off, a variant's own). Each is forked from the session's server
+(``BranchedServer``), so it holds the session's preload at no cost and pays only for its
+own modules: one import of vLLM's engine pays for itself from the second check of an
+environment. (Started as fresh interpreters, each imported the whole preload again, about
+15 s of CPU for this project's list, and vLLM's keyed rows ran slower than without them.)
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from harness.isolation.server import ForkServerLauncher
+from harness.isolation.server import BranchedServer, ForkServerLauncher
 
 #: servers kept at once, least recently used closed first
 KEEP = 3
@@ -31,11 +33,12 @@ PER_TEST = ("PYTEST_CURRENT_TEST",)
 
 
 class KeyedServers:
-    """A session's keyed forkservers: ``base`` (the session's preload) plus a check's
-    ``imports``, each started with the environment its children will have."""
+    """A session's keyed forkservers: each forked from ``parent()`` (the session's server,
+    which holds its preload), then importing a check's ``imports`` in the environment its
+    children will have."""
 
-    def __init__(self, base: tuple[str, ...], keep: int = KEEP) -> None:
-        self.base = tuple(base)
+    def __init__(self, parent: Callable[[], ForkServerLauncher], keep: int = KEEP) -> None:
+        self.parent = parent
         self.keep = keep
         self._servers: OrderedDict[tuple[object, ...], ForkServerLauncher] = OrderedDict()
 
@@ -50,8 +53,7 @@ class KeyedServers:
             server.close()
             server = None
         if server is None:
-            preload = (*self.base, *(m for m in imports if m not in self.base))
-            server = ForkServerLauncher(preload, env=dict(env))
+            server = BranchedServer(self.parent(), tuple(imports), dict(env))
         self._servers[key] = server
         while len(self._servers) > self.keep:
             _, oldest = self._servers.popitem(last=False)

@@ -57,6 +57,19 @@ class WarmUp(Message):
     argument: str
 
 
+@dataclass(frozen=True)
+class Branch(Message):
+    """Fork a new server from this one: it takes ``env`` as its whole environment, imports
+    ``preload`` on top of what this server holds, and serves on ``sock_path`` (a keyed
+    server, ``harness.isolation.keyed``, that pays for its own imports only). Its handshake
+    comes back on this connection, which it keeps: its end ends the branch."""
+
+    kind: ClassVar[str] = "branch"
+    env: dict[str, str]
+    preload: list[str]
+    sock_path: str
+
+
 # --- answers ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -113,8 +126,8 @@ class Ended(Message):
 
 
 KINDS: dict[str, type[Message]] = {cls.kind: cls for cls in (
-    Fork, Exec, WarmUp, Ready, Unavailable, Warmed, Refused, Started, NotStarted, Ended)}
-REQUESTS = (Fork, Exec, WarmUp)
+    Fork, Exec, WarmUp, Branch, Ready, Unavailable, Warmed, Refused, Started, NotStarted, Ended)}
+REQUESTS = (Fork, Exec, WarmUp, Branch)
 HANDSHAKE = (Ready, Unavailable)
 
 

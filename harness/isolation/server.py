@@ -40,6 +40,7 @@ from typing import Any
 
 from harness.isolation import messages, workdirs
 from harness.isolation.messages import (
+    Branch,
     Ended,
     Exec,
     Fork,
@@ -251,9 +252,15 @@ def _say(message: messages.Message) -> None:
 
 class _Server:
     """The server's loop and its state: one method per request kind (``on_<kind>``, as
-    xdist's controller has one per worker event), called by ``dispatch``."""
+    xdist's controller has one per worker event), called by ``dispatch``.
 
-    def __init__(self, sock_path: str, warmed: Any) -> None:
+    ``lifeline``: the descriptor whose end means that whoever started us is gone (stdin, a
+    pipe from the parent process; a branch's request connection); ``say`` sends the
+    handshake (stdout; a branch's connection)."""
+
+    def __init__(self, sock_path: str, warmed: Any, lifeline: int = 0,
+                 say: Callable[[messages.Message], None] | None = None) -> None:
+        self.lifeline = lifeline
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with reachable(sock_path) as short:
             self.listener.bind(short)
@@ -268,17 +275,20 @@ class _Server:
         self.execs: dict[int, subprocess.Popen[bytes]] = {}
         #: (pid, write end of its request pipe): at most one child forked ahead
         self.spare: list[tuple[int, int]] = []
-        _say(Ready(pid=os.getpid(), warmup=warmed))
+        #: servers forked from this one (``on_branch``): they and their children are theirs
+        self.branches: set[int] = set()
+        (say or _say)(Ready(pid=os.getpid(), warmup=warmed))
 
     def run(self) -> None:
         from harness.isolation.child import end_descendants
 
         while True:
             try:
-                ready, _, _ = select.select([self.listener, self.wake_r, 0], [], [])
+                ready, _, _ = select.select([self.listener, self.wake_r, self.lifeline],
+                                            [], [])
             except InterruptedError:
                 continue
-            if 0 in ready and not _read_or_eof(0):
+            if self.lifeline in ready and not _read_or_eof(self.lifeline):
                 # whoever started us is gone (SIGKILLed pytest, a dead xdist worker): nothing
                 # of the session may outlive it
                 end_descendants()
@@ -304,6 +314,7 @@ class _Server:
                 break
             if pid == 0:
                 break
+            self.branches.discard(pid)
             spawned = self.execs.pop(pid, None)
             if spawned is not None:
                 spawned.returncode = os.waitstatus_to_exitcode(status)  # reaped: never again
@@ -314,7 +325,8 @@ class _Server:
             # no child in flight: every process still ours but the spare is an orphan a
             # child left behind (a setsid'd or double-forked grandchild); end it before
             # anyone hears the child ended
-            end_descendants(keep=frozenset(pid for pid, _ in self.spare))
+            end_descendants(keep=frozenset([*(pid for pid, _ in self.spare),
+                                            *self.branches]))
         for conn, code in ended:
             _answer(conn, Ended(code))
             conn.close()
@@ -370,6 +382,21 @@ class _Server:
         self.execs[proc.pid] = proc
         self.started(conn, proc.pid)
 
+    def on_branch(self, conn: socket.socket, request: Branch) -> None:
+        """A keyed server forked from this one (``_branch``); its handshake goes over
+        ``conn``, which it keeps as its lifeline."""
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            _answer(conn, Unavailable(f"the branch could not be forked: {exc}"))
+            conn.close()
+            return
+        if pid == 0:
+            _branch(conn, request, [self.listener, self.wake_r, self.wake_w,
+                                    *self.waiting.values(), *(fd for _, fd in self.spare)])
+        self.branches.add(pid)
+        conn.close()  # the branch holds its own end
+
     def started(self, conn: socket.socket, pid: int) -> None:
         self.waiting[pid] = conn
         _answer(conn, Started(pid))
@@ -397,6 +424,45 @@ class _Server:
             finally:
                 os.close(write_fd)
         raise OSError("could not hand the request to a forked child")
+
+
+def _branch(conn: socket.socket, request: Branch, closing: list[Any]) -> None:
+    """In the forked branch: drop the parent server's descriptors, take the request's whole
+    environment, import its preload, check that forking is still safe, then serve on its
+    own socket until ``conn`` ends. Never returns into the parent's loop."""
+    try:
+        signal.set_wakeup_fd(-1)
+        for obj in closing:
+            with contextlib.suppress(OSError):
+                obj.close() if hasattr(obj, "close") else os.close(obj)
+        from harness.isolation.child import become_subreaper
+
+        become_subreaper()  # not inherited across fork
+        # stdout is the parent server's handshake pipe, which nobody reads any more: what
+        # the imports print must not fill it (and block us)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+        os.environ.clear()
+        os.environ.update(request.env)
+        say = lambda message: _answer(conn, message)  # noqa: E731
+        try:
+            import importlib
+
+            for name in request.preload:
+                importlib.import_module(name)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
+            say(Unavailable(f"preloading {name!r} failed: {type(exc).__name__}: {exc}"))
+            _flush_and_exit(0)
+        bad = accelerator_state()
+        if bad:
+            say(Unavailable(bad + "; forked children would break"))
+            _flush_and_exit(0)
+        _freeze()
+        _Server(request.sock_path, None, lifeline=conn.fileno(), say=say).run()
+    except BaseException:  # noqa: BLE001 - never fall back into the parent server's loop
+        _flush_and_exit(70)
+    _flush_and_exit(0)
 
 
 def _answer(conn: socket.socket, message: messages.Message) -> None:
@@ -631,6 +697,109 @@ class ForkServerLauncher:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        with contextlib.suppress(OSError):
+            os.unlink(self.sock_path)
+            os.rmdir(self._dir)
+
+
+class _BranchProcess:
+    """The little of ``subprocess.Popen`` a launcher uses, for a branch: a process that is
+    not our child (the session's server forked it), watched through psutil."""
+
+    def __init__(self, pid: int, lifeline: socket.socket) -> None:
+        self.pid = pid
+        self.stdin = lifeline  # closing it ends the branch, as stdin's end ends a server
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        import psutil
+
+        if self.returncode is None and self.pid > 0:  # pid: known from the handshake
+            try:
+                if psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE:
+                    self.returncode = 0
+            except psutil.NoSuchProcess:
+                self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"branch {self.pid}", timeout or 0)
+            time.sleep(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        import psutil
+
+        from harness.isolation import reaper
+
+        with contextlib.suppress(psutil.Error):
+            reaper.kill_now([psutil.Process(self.pid)])
+
+
+class BranchedServer(ForkServerLauncher):
+    """A keyed server forked from a running forkserver (``parent``): what that one imported
+    (the session's preload, torch's compiler...) is there at no cost, and the branch imports
+    only ``preload``, in ``env``, its children's whole environment."""
+
+    def __init__(self, parent: ForkServerLauncher, preload: tuple[str, ...],
+                 env: dict[str, str]) -> None:
+        parent.ensure_ready()
+        self.preload = (*parent.preload, *(m for m in preload if m not in parent.preload))
+        self._dir = str(workdirs.make("fs"))
+        self.sock_path = os.path.join(self._dir, "sock")
+        self._error = None
+        self._ready = False
+        self.warmed = None
+        self.refused = None
+        self.replaced = None
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with reachable(parent.sock_path) as short:
+                conn.connect(short)
+            conn.sendall(messages.encode(Branch(
+                dict(env, PYTHONPATH=os.pathsep.join(
+                    p for p in [PACKAGE_ROOT, *sys.path] if isinstance(p, str) and p)),
+                [m for m in preload if m not in parent.preload], self.sock_path)))
+        except OSError as exc:
+            conn.close()
+            raise ForkServerUnavailable(f"the forkserver could not branch: {exc}") from exc
+        self._conn = conn
+        self.proc = _BranchProcess(-1, conn)  # type: ignore[assignment]
+        atexit.register(self.close)
+
+    def _handshake(self) -> Ready | Unavailable:
+        timer = threading.Timer(START_TIMEOUT_S, lambda: self._conn.shutdown(socket.SHUT_RDWR))
+        timer.start()
+        try:
+            raw = _readline(self._conn).split(b"\n", 1)[0]
+            hello = messages.decode(raw, messages.HANDSHAKE)
+        except (OSError, ValueError) as exc:
+            return Unavailable(f"the branched forkserver did not answer: {exc}")
+        finally:
+            timer.cancel()
+        if isinstance(hello, Ready):
+            self.proc.pid = hello.pid
+        return hello
+
+    def ended(self, wait: float = 0.0) -> str:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(wait)
+        state = "ended" if self.proc.poll() is not None else "still running but not answering"
+        return f"pid {self.proc.pid} (branched from the session's forkserver), {state}"
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.close()  # its lifeline: it ends what it started and exits
+        if self.proc.pid > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(2.0)
+            if self.proc.poll() is None:
+                self.proc.kill()
         with contextlib.suppress(OSError):
             os.unlink(self.sock_path)
             os.rmdir(self._dir)

@@ -111,7 +111,7 @@ class HarnessSession:
         if not imports or launcher.name != "forkserver" or self.keyed_refused:
             return launcher
         if self._keyed is None:
-            self._keyed = KeyedServers(self.preload)
+            self._keyed = KeyedServers(lambda: self._own_server().server)
         try:
             return self._keyed.get(imports, child_environ(env))
         except ForkServerUnavailable as exc:
