@@ -153,78 +153,105 @@ def run_http_case(enabled: bool, dtype: str, knobs: dict[str, Any] | None = None
     """Child side: the probe alone, then under ``CLIENTS`` concurrent clients (``knobs``:
     ``clients``, 0 the negative control; ``finish_first``: the clients stop, and are
     waited for, before the probe is sent: the gauge's samples stay high, its steps alone)."""
+    return run_http_cases(enabled, dtype, [knobs or {}])[0]
+
+
+def run_http_cases(enabled: bool, dtype: str, cases: list[dict[str, Any]]
+                   ) -> list[ServingReport]:
+    """Child side: ``run_http_case`` for each of ``cases`` (its ``knobs``), one after another
+    against one ``vllm serve`` (a start is about 30 s of a 2-core runner's CPU: the API
+    server, the engine core and its worker each import vLLM). For controls whose condition
+    is judged: the server has served the cases before, so its prefix cache holds their
+    prompts. Each case's probe has request ids of its own, and its steps are read apart."""
     import tempfile
 
     from harness.logprobs import seeded_model
 
-    knobs = dict(knobs or {})
     model = seeded_model.build()
     config = json.loads((model / "config.json").read_text())
     vocab = int(config["vocab_size"])
     probe, _ = probe_prompt(vocab)
     others = load(vocab)
-    clients = int(knobs.get("clients", CLIENTS))
-    report = ServingReport("concurrent-http", f"vllm serve ({dtype}, seeded 4-layer llama, "
-                                              f"{clients} HTTP clients)")
     folder = Path(tempfile.mkdtemp(prefix="npu-regress-serve-"))
     log, steps = folder / "server.log", folder / "steps.jsonl"
-    finish_first = bool(knobs.get("finish_first"))
+    runs: list[dict[str, Any]] = []
     with Server(model, dtype, enabled, log, steps) as server:
-        try:
-            ref = _probe(server, probe, "alone")
-        except OSError as exc:  # the server's own failure: its log says why
-            raise RuntimeError(f"the probe request failed ({exc}); "
-                               f"{server.cause()}") from None
-        stop = threading.Event()
-        errors: list[str] = []
+        for n, knobs in enumerate(cases):
+            # one case keeps the ids it always had ("...-load"); several, one prefix each
+            prefix = f"{n}-" if len(cases) > 1 else ""
+            runs.append(_probe_under_load(server, probe, others, dict(knobs), prefix))
+    scheduled = step_log.StepLog.read(steps)
+    return [_report(run, dtype, scheduled) for run in runs]
 
-        def client(k: int) -> None:
-            i = k
-            while not stop.is_set():
-                a = others[i % len(others)]
-                try:
-                    server.complete(list(a.prompt), a.max_tokens, temperature=a.temperature,
-                                    seed=a.seed, logprobs=a.logprobs, ignore_eos=True)
-                except OSError as exc:  # the server's failure is the case's, said below
-                    errors.append(f"{type(exc).__name__}: {exc}")
-                    return
-                i += clients
 
-        threads = [threading.Thread(target=client, args=(k,), daemon=True)
-                   for k in range(clients)]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 60
-        while clients and _running(server.base) < MIN_RUNNING - 1 \
-                and time.monotonic() < deadline:
-            time.sleep(0.05)
-        seen: list[float] = []
-        done = threading.Event()
+def _probe_under_load(server: Server, probe: list[int], others: list[Any],
+                      knobs: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """One case on a running server: the probe alone, under the clients, alone again."""
+    clients = int(knobs.get("clients", CLIENTS))
+    finish_first = bool(knobs.get("finish_first"))
+    try:
+        ref = _probe(server, probe, prefix + "alone")
+    except OSError as exc:  # the server's own failure: its log says why
+        raise RuntimeError(f"the probe request failed ({exc}); "
+                           f"{server.cause()}") from None
+    stop = threading.Event()
+    errors: list[str] = []
 
-        def watch() -> None:
-            while not done.is_set():
-                seen.append(_running(server.base))
-                time.sleep(0.02)
+    def client(k: int) -> None:
+        i = k
+        while not stop.is_set():
+            a = others[i % len(others)]
+            try:
+                server.complete(list(a.prompt), a.max_tokens, temperature=a.temperature,
+                                seed=a.seed, logprobs=a.logprobs, ignore_eos=True)
+            except OSError as exc:  # the server's failure is the case's, said below
+                errors.append(f"{type(exc).__name__}: {exc}")
+                return
+            i += clients
 
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        if finish_first:  # the control: the load gone before the probe is sent
-            stop.set()
-            for t in threads:
-                t.join(120)
-        got = _probe(server, probe, "load")
-        done.set()
-        watcher.join()
+    threads = [threading.Thread(target=client, args=(k,), daemon=True)
+               for k in range(clients)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while clients and _running(server.base) < MIN_RUNNING - 1 \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen: list[float] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(_running(server.base))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    if finish_first:  # the control: the load gone before the probe is sent
         stop.set()
         for t in threads:
             t.join(120)
-        alone_again = _probe(server, probe, "after")
-    report.compare("under concurrent HTTP clients", ref, got)
-    report.compare("alone again, after the load", ref, alone_again)
-    running = max(seen, default=0.0)
-    scheduled = step_log.StepLog.read(steps)
-    beside = scheduled.beside(f"{PROBE_ID}-load")
-    report.condition.update({"clients": clients, "max_running_seen": running,
+    got = _probe(server, probe, prefix + "load")
+    done.set()
+    watcher.join()
+    stop.set()
+    for t in threads:
+        t.join(120)
+    alone_again = _probe(server, probe, prefix + "after")
+    return {"clients": clients, "ref": ref, "got": got, "after": alone_again, "seen": seen,
+            "errors": errors, "marker": f"{PROBE_ID}-{prefix}load"}
+
+
+def _report(run: dict[str, Any], dtype: str, scheduled: step_log.StepLog) -> ServingReport:
+    """One case's report: its comparisons, and its condition from the server's step log."""
+    clients = run["clients"]
+    report = ServingReport("concurrent-http", f"vllm serve ({dtype}, seeded 4-layer llama, "
+                                              f"{clients} HTTP clients)")
+    report.compare("under concurrent HTTP clients", run["ref"], run["got"])
+    report.compare("alone again, after the load", run["ref"], run["after"])
+    seen, errors, marker = run["seen"], run["errors"], run["marker"]
+    beside = scheduled.beside(marker)
+    report.condition.update({"clients": clients, "max_running_seen": max(seen, default=0.0),
                              "gauge_samples": len(seen), "client_errors": len(errors),
                              "step_log_loaded": scheduled.loaded,
                              "probe_steps": len(beside),
@@ -232,7 +259,7 @@ def run_http_case(enabled: bool, dtype: str, knobs: dict[str, Any] | None = None
                              "probe_steps_shared": sum(1 for b in beside if b > 0)})
     if errors:
         raise RuntimeError(f"{len(errors)} client request(s) failed, first: {errors[0]}")
-    report.vacuous = scheduled.why_vacuous(f"{PROBE_ID}-load", MIN_RUNNING - 1)
+    report.vacuous = scheduled.why_vacuous(marker, MIN_RUNNING - 1)
     if report.mismatches:
         report.first_divergence = ("not located: the engine runs in the server's process, "
                                    "where the dispatch recorder cannot look (the "
