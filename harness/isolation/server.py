@@ -34,7 +34,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -166,11 +166,7 @@ def _spare(read_fd: int, closing: list[Any]) -> None:
     the request on ``read_fd``, then become that child. End of file with no request: the
     server is gone or discarded us."""
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for obj in closing:
-            with contextlib.suppress(OSError):
-                obj.close() if hasattr(obj, "close") else os.close(obj)
+        _leave_server(closing)
         from harness.isolation.child import die_with_parent
 
         die_with_parent()
@@ -184,6 +180,16 @@ def _spare(read_fd: int, closing: list[Any]) -> None:
     if req is None:
         _flush_and_exit(0)
     _child_after_fork(req)
+
+
+def _leave_server(closing: list[Any]) -> None:
+    """In a process just forked from the server's loop: its signal wiring undone, and the
+    server's descriptors (``_Server.descriptors``) closed."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for obj in closing:
+        with contextlib.suppress(OSError):
+            obj.close() if hasattr(obj, "close") else os.close(obj)
 
 
 def _flush_and_exit(code: int) -> None:
@@ -205,15 +211,31 @@ def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = N
 
     ``warmup`` (``"module:function"``, argument): called after the preload, to import more
     (a pytest session's collected test modules); what it returns is in the handshake."""
-    import importlib
-    import importlib.util
-
     from harness.isolation.child import become_subreaper
 
     # No PR_SET_PDEATHSIG here: it would kill us before we end our descendants (and it
     # fires when the *thread* that started us exits). Our parent's death reaches us as EOF
     # on stdin instead.
     become_subreaper()
+    failed = _import_preload(preload)
+    if failed:
+        _say(Unavailable(failed))
+        return
+    warmed: Any = None
+    if warmup is not None:
+        answer = _warm(WarmUp(*warmup))
+        if isinstance(answer, Refused):
+            _say(Unavailable(answer.reason, refused=answer.reason))
+            return
+        warmed = answer.warmup
+    _serve_if_safe(sock_path, warmed, _say)
+
+
+def _import_preload(preload: list[str]) -> str | None:
+    """Import ``preload``; why it failed, or None."""
+    import importlib
+    import importlib.util
+
     try:
         for entry in preload:
             # torch is in the default warm-up, but a machine may have none (the plugin's
@@ -227,21 +249,20 @@ def serve(sock_path: str, preload: list[str], warmup: tuple[str, str] | None = N
                 continue
             importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
-        _say(Unavailable(f"preloading {name!r} failed: {type(exc).__name__}: {exc}"))
-        return
-    warmed: Any = None
-    if warmup is not None:
-        answer = _warm(WarmUp(*warmup))
-        if isinstance(answer, Refused):
-            _say(Unavailable(answer.reason, refused=answer.reason))
-            return
-        warmed = answer.warmup
+        return f"preloading {name!r} failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _serve_if_safe(sock_path: str, warmed: Any, say: Callable[[messages.Message], None],
+                   lifeline: int = 0) -> None:
+    """Serve (``_Server``) unless what was loaded makes forking from here unsafe; the
+    handshake says which."""
     bad = accelerator_state()
     if bad:
-        _say(Unavailable(bad + "; forked children would break"))
+        say(Unavailable(bad + "; forked children would break"))
         return
     _freeze()
-    _Server(sock_path, warmed).run()
+    _Server(sock_path, warmed, lifeline, say).run()
 
 
 def _say(message: messages.Message) -> None:
@@ -392,10 +413,14 @@ class _Server:
             conn.close()
             return
         if pid == 0:
-            _branch(conn, request, [self.listener, self.wake_r, self.wake_w,
-                                    *self.waiting.values(), *(fd for _, fd in self.spare)])
+            _branch(conn, request, self.descriptors())
         self.branches.add(pid)
         conn.close()  # the branch holds its own end
+
+    def descriptors(self) -> list[Any]:
+        """What a process forked from the loop must close: the server's own."""
+        return [self.listener, self.wake_r, self.wake_w, *self.waiting.values(),
+                *(fd for _, fd in self.spare)]
 
     def started(self, conn: socket.socket, pid: int) -> None:
         self.waiting[pid] = conn
@@ -406,8 +431,7 @@ class _Server:
         pid = os.fork()
         if pid == 0:
             os.close(write_fd)
-            _spare(read_fd, [self.listener, self.wake_r, self.wake_w, *self.waiting.values(),
-                             *(fd for _, fd in self.spare)])
+            _spare(read_fd, self.descriptors())
         os.close(read_fd)
         self.spare.append((pid, write_fd))
 
@@ -431,10 +455,7 @@ def _branch(conn: socket.socket, request: Branch, closing: list[Any]) -> None:
     environment, import its preload, check that forking is still safe, then serve on its
     own socket until ``conn`` ends. Never returns into the parent's loop."""
     try:
-        signal.set_wakeup_fd(-1)
-        for obj in closing:
-            with contextlib.suppress(OSError):
-                obj.close() if hasattr(obj, "close") else os.close(obj)
+        _leave_server(closing)
         from harness.isolation.child import become_subreaper
 
         become_subreaper()  # not inherited across fork
@@ -446,20 +467,11 @@ def _branch(conn: socket.socket, request: Branch, closing: list[Any]) -> None:
         os.environ.clear()
         os.environ.update(request.env)
         say = lambda message: _answer(conn, message)  # noqa: E731
-        try:
-            import importlib
-
-            for name in request.preload:
-                importlib.import_module(name)
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
-            say(Unavailable(f"preloading {name!r} failed: {type(exc).__name__}: {exc}"))
-            _flush_and_exit(0)
-        bad = accelerator_state()
-        if bad:
-            say(Unavailable(bad + "; forked children would break"))
-            _flush_and_exit(0)
-        _freeze()
-        _Server(request.sock_path, None, lifeline=conn.fileno(), say=say).run()
+        failed = _import_preload(request.preload)
+        if failed:
+            say(Unavailable(failed))
+        else:
+            _serve_if_safe(request.sock_path, None, say, lifeline=conn.fileno())
     except BaseException:  # noqa: BLE001 - never fall back into the parent server's loop
         _flush_and_exit(70)
     _flush_and_exit(0)
@@ -557,6 +569,12 @@ class _ForkedHandle:
         return self._rc
 
 
+def _server_environ(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a server: with this package and this interpreter's path importable."""
+    return dict(env, PYTHONPATH=os.pathsep.join(
+        p for p in [PACKAGE_ROOT, *sys.path] if isinstance(p, str) and p))
+
+
 class ForkServerLauncher:
     name = "forkserver"
 
@@ -565,23 +583,25 @@ class ForkServerLauncher:
                  env: dict[str, str] | None = None) -> None:
         """``env``: the server's environment (default this process's): a keyed server
         (``harness.isolation.keyed``) imports its preload in its children's environment."""
-        self.preload = tuple(preload)
-        self._dir = str(workdirs.make("fs"))
-        self.sock_path = os.path.join(self._dir, "sock")
-        package_root = PACKAGE_ROOT
+        self._start_state(preload)
         code = (
-            f"import sys; sys.path.insert(0, {package_root!r}); "
+            f"import sys; sys.path.insert(0, {PACKAGE_ROOT!r}); "
             "from harness.isolation.server import serve; "
             f"serve({self.sock_path!r}, {list(self.preload)!r}"
             + (f", {warmup!r})" if warmup else ")")
         )
-        env = dict(os.environ if env is None else env, PYTHONPATH=os.pathsep.join(
-            p for p in [package_root, *sys.path] if isinstance(p, str) and p))
         self.proc = subprocess.Popen(
             # stdin: a pipe we never write; its end tells the server we are gone
             [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=env, start_new_session=True,
+            env=_server_environ(os.environ if env is None else env), start_new_session=True,
         )
+        atexit.register(self.close)
+
+    def _start_state(self, preload: tuple[str, ...]) -> None:
+        """What a launcher knows before its server's handshake."""
+        self.preload = tuple(preload)
+        self._dir = str(workdirs.make("fs"))
+        self.sock_path = os.path.join(self._dir, "sock")
         self._error: str | None = None
         self._ready = False
         #: what the warm-up hook returned (handshake), or why the server refused to serve
@@ -590,7 +610,6 @@ class ForkServerLauncher:
         self.refused: str | None = None
         #: how the server this one replaced ended, until a child's result has said so
         self.replaced: str | None = None
-        atexit.register(self.close)
 
     def ensure_ready(self) -> None:
         """Wait for the server's handshake (it boots while we do other work); raise
@@ -749,22 +768,13 @@ class BranchedServer(ForkServerLauncher):
     def __init__(self, parent: ForkServerLauncher, preload: tuple[str, ...],
                  env: dict[str, str]) -> None:
         parent.ensure_ready()
-        self.preload = (*parent.preload, *(m for m in preload if m not in parent.preload))
-        self._dir = str(workdirs.make("fs"))
-        self.sock_path = os.path.join(self._dir, "sock")
-        self._error = None
-        self._ready = False
-        self.warmed = None
-        self.refused = None
-        self.replaced = None
+        own = [m for m in preload if m not in parent.preload]
+        self._start_state((*parent.preload, *own))
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with reachable(parent.sock_path) as short:
                 conn.connect(short)
-            conn.sendall(messages.encode(Branch(
-                dict(env, PYTHONPATH=os.pathsep.join(
-                    p for p in [PACKAGE_ROOT, *sys.path] if isinstance(p, str) and p)),
-                [m for m in preload if m not in parent.preload], self.sock_path)))
+            conn.sendall(messages.encode(Branch(_server_environ(env), own, self.sock_path)))
         except OSError as exc:
             conn.close()
             raise ForkServerUnavailable(f"the forkserver could not branch: {exc}") from exc

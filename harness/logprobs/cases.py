@@ -70,10 +70,9 @@ def build_source(source: str, enabled: bool, dtype: str, tgt: InvarianceTarget,
         if source not in vllm_source.VARIANTS:
             raise ValueError(f"unknown logprob source {source!r}: use one of {SOURCES}")
         variant = vllm_source.VARIANTS[source]
-        os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
-        os.environ.update(variant.env)
-        for key, value in vllm_source.engine_env(devices.device_kind()).items():
-            os.environ.setdefault(key, value)
+        # the switch, the variant's and the engine's variables: what the suite gave the
+        # keyed server as this child's (vllm_source.child_env), the one place they are made
+        os.environ.update(vllm_source.child_env(source, enabled, devices.device_kind()))
         src = vllm_source.VllmSource(dtype=dtype, seed=seed, weights=variant.weights,
                                      **{**variant.engine, **(engine_kwargs or {})})
     else:

@@ -33,9 +33,7 @@ def _engine(prop: str, enabled: bool, dtype: str, knobs: dict[str, Any]) -> Any:
     from harness.logprobs import seeded_model, vllm_source
     from harness.stack import devices
 
-    os.environ["VLLM_BATCH_INVARIANT"] = "1" if enabled else "0"
-    for key, value in vllm_source.engine_env(devices.device_kind()).items():
-        os.environ.setdefault(key, value)
+    os.environ.update(vllm_source.child_env("vllm", enabled, devices.device_kind()))
     engine: dict[str, Any] = {}
     if prop in ("prefix-cache", "prompt-cache-read"):
         engine["enable_prefix_caching"] = True
