@@ -9,8 +9,27 @@ and the tests that need it skip (``needs_torch``).
 """
 
 import contextlib
+import os
+import sys
 
 import pytest
+
+
+def _write_bytecode() -> None:
+    """Let this session and every process it starts write bytecode, where
+    ``PYTHONDONTWRITEBYTECODE`` forbids it (this machine's kind sets it). Without it, each
+    inner pytest run, spawned child and xdist worker compiles the harness's sources again
+    (1.2 MB) and pytest rewrites the suites' and tests' modules again: measured, two
+    inner-run modules (test_plugin, test_isolate_all_dropin) 91-99 s of user CPU with the
+    variable, 53 s without. The bytecode lands where Python puts it by default (the
+    checkout's ``__pycache__``, ignored by git; the installed packages have theirs from
+    pip); a test never depends on it. Set here, at the conftest's import, so that the xdist
+    workers, started later, inherit it."""
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        sys.dont_write_bytecode = False
+
+
+_write_bytecode()
 
 with contextlib.suppress(ImportError):
     import torch  # noqa: F401
@@ -75,22 +94,19 @@ E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_p
        "tests/test_collectives_nodes.py::test_the_suite_case_passes_on_two_nodes_and_recor",
        "tests/test_collectives_nodes.py::test_a_node_whose_agent_failed_after_a_rank_does_n")
 #: pytest plugins of the upstream stack (verl's and vLLM's dependencies) that no test of
-#: ours uses: each inner pytest run pays ~0.8 s importing them (hypothesis 0.64 s). The fast
-#: loop leaves them out of its inner runs; CI (and any run that keeps the e2e tests) keeps
-#: every installed plugin, as users have them
+#: ours uses: each inner pytest run pays ~0.8 s importing them (hypothesis 0.64 s). The inner
+#: runs leave them out (``PYTEST_ADDOPTS``), but for those that mirror a user's job, which
+#: run with every installed plugin, as users have them: the suites on this CPU runner
+#: (tests/test_suites_on_cpu.py) and the engine's rows (tests/test_vllm_engine.py) start
+#: theirs without the outer ``PYTEST_*`` variables. Measured, the fast loop's 632 tests with
+#: them in every inner run: 563 s of CPU (319 s); without: 507 s (291 s)
 UNUSED_INNER_PLUGINS = ("hypothesispytest", "hydra_pytest", "benchmark", "anyio")
-FAST_ADDOPTS = " ".join(f"-p no:{name}" for name in UNUSED_INNER_PLUGINS)
-
-
-def _fast_loop(config: pytest.Config) -> bool:
-    return "not e2e" in (config.option.markexpr or "")
+LEAN_ADDOPTS = " ".join(f"-p no:{name}" for name in UNUSED_INNER_PLUGINS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    import os
-
-    if _fast_loop(config) and not os.environ.get("PYTEST_ADDOPTS"):
-        os.environ["PYTEST_ADDOPTS"] = FAST_ADDOPTS
+    if not os.environ.get("PYTEST_ADDOPTS"):  # before the xdist workers start: theirs too
+        os.environ["PYTEST_ADDOPTS"] = LEAN_ADDOPTS
     config.addinivalue_line("markers", "e2e: runs whole suites, engines or third-party test "
                                        "suites in inner runs (minutes); -m 'not e2e' leaves "
                                        "them out")
@@ -107,21 +123,11 @@ def pytest_collection_modifyitems(items: list) -> None:
             item.add_marker(pytest.mark.xdist_group("whole-machine"))
 
 
-@pytest.fixture
-def lean_inner_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inner pytest runs whose plugins are beside the point (a bisect's trials of a toy
-    package: 60 runs a test) leave out ``UNUSED_INNER_PLUGINS``: 0.8 s a run instead of 2.0 s
-    here."""
-    monkeypatch.setenv("PYTEST_ADDOPTS", FAST_ADDOPTS)
-
-
 @pytest.fixture(autouse=True)
-def _fast_inner_runs(request: pytest.FixtureRequest) -> None:
-    """pytester discards the outer PYTEST_ADDOPTS; in the fast loop, give its runs the
-    plugin list back (``UNUSED_INNER_PLUGINS``)."""
-    import os
-
-    if "pytester" in request.fixturenames and _fast_loop(request.config):
+def _lean_pytester_runs(request: pytest.FixtureRequest) -> None:
+    """pytester discards the outer PYTEST_ADDOPTS; give its runs the lean plugin list back
+    (``UNUSED_INNER_PLUGINS``)."""
+    if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")  # which discards PYTEST_ADDOPTS
         if os.environ.get("PYTEST_ADDOPTS") is None:
-            request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", FAST_ADDOPTS)
+            request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", LEAN_ADDOPTS)

@@ -254,7 +254,6 @@ def _git(repo: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-@pytest.mark.usefixtures("lean_inner_runs")
 def test_a_checkout_s_commits_are_bisected_to_the_first_bad_one(tmp_path: Path) -> None:
     """Six commits of a package; the fourth changes its value and the test fails from
     there on. The bisect, given the checkout, names the fourth commit (e2e: real trials)."""

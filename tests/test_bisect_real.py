@@ -41,12 +41,10 @@ def _installed(name: str) -> str | None:
         return None
 
 
-pytestmark = [pytest.mark.skipif(
+pytestmark = pytest.mark.skipif(
     (_installed("verl"), _installed("tensordict")) != ("0.9.1", "0.10.0"),
     reason="needs the default stack profile (verl 0.9.1, tensordict 0.10.0): "
-           "bash ci/setup.sh --upstream"),
-    # a trial's pytest without the plugins no trial uses
-    pytest.mark.usefixtures("lean_inner_runs")]
+           "bash ci/setup.sh --upstream")
 
 
 def _night(path: Path, overlay: list[Path]) -> Path:

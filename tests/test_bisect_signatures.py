@@ -23,8 +23,6 @@ import pytest
 from harness.bisect.command import main
 from harness.bisect.overlay import Overlays
 
-#: a trial's pytest without the plugins no trial uses
-pytestmark = pytest.mark.usefixtures("lean_inner_runs")
 VERSIONS = ("1.0", "2.0", "3.0", "4.0", "5.0")
 
 TESTS = '''\

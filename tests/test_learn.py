@@ -12,9 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.usefixtures("lean_inner_runs")
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ("suites/test_logprob_batch_invariance.py::test_logprob_batch_invariance"
         "[batch-size-tiny-off-float32]")
@@ -25,8 +22,8 @@ KEY = ("batch-size", "tiny", "cpu", MACHINE, "float32", "off")
 
 def _night(out: Path, *args: str) -> dict:
     """One night of the runner: the suite's case as a CI job runs it; its test line."""
-    # the plugins (lean_inner_runs) and preloaded modules this case never uses left out: 7 s
-    # a night, not 12
+    # the plugins (tests/conftest.py: LEAN_ADDOPTS) and preloaded modules this case never
+    # uses left out: 7 s a night, not 12
     env = {**os.environ, "NPU_REGRESS_MACHINE": MACHINE, "HARNESS_RUNNER": "rv-runner"}
     env.pop("NPU_REGRESS_BASELINES", None)
     subprocess.run([sys.executable, "-m", "pytest", CASE, "-q", "-p", "no:cacheprovider",

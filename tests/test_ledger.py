@@ -107,7 +107,8 @@ def test_the_cause_of_a_failure(text: str, category: str | None) -> None:
 def _switch_case(tmp_path: Path, sources: Path | None, case: str = TENSOR_SUM
                  ) -> dict[str, object]:
     results = tmp_path / "results.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
+    env = {k: v for k, v in os.environ.items()  # the lean plugin list kept (conftest.py)
+           if k == "PYTEST_ADDOPTS" or not k.startswith(("PYTEST_", "HARNESS_"))}
     if sources is not None:
         env["PYTHONPATH"] = str(sources) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run(

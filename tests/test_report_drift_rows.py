@@ -10,13 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from harness.report.load import JUDGED_ORDER, load_any
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = "suites/test_collectives.py::test_collective[reference-all_reduce-none]"
-pytestmark = pytest.mark.usefixtures("lean_inner_runs")
 
 
 def test_a_test_s_figures_are_its_deciding_row_s_never_a_merge(tmp_path: Path) -> None:

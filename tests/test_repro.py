@@ -34,7 +34,8 @@ def _night(python: Path | str, case: str, folder: Path, category: str | None) ->
     files the suites write, never on hand-made ones), run by ``python``; its line must be
     filed as ``category`` (None: a drift record of it grew, whatever its category)."""
     results = folder / "night.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
+    env = {k: v for k, v in os.environ.items()  # the lean plugin list kept (conftest.py)
+           if k == "PYTEST_ADDOPTS" or not k.startswith(("PYTEST_", "HARNESS_"))}
     night = subprocess.run([str(python), "-m", "pytest", case, "-q", "-p", "no:cacheprovider",
                             "--device", "cpu", f"--harness-results={results}"], cwd=ROOT,
                            env=env, capture_output=True, text=True, timeout=600, check=False)

@@ -53,6 +53,7 @@ def test_the_suites_on_this_cpu_runner(tmp_path: Path) -> None:
     if not has_module("vllm"):
         pytest.skip("vllm is not installed: bash ci/setup.sh --upstream")
     results = tmp_path / "results.jsonl"
+    # every installed plugin, as users have them (the outer PYTEST_ADDOPTS left behind)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "suites/", "-n", "2", "-p", "no:cacheprovider", "-q",
