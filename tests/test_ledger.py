@@ -20,6 +20,7 @@ import pytest
 from harness.isolation.failure_text import failure_lines
 from harness.plugin import verdicts
 from harness.stack.upstream import PROFILE_RECORD_ENV, package_dirs
+from tests.inner_runs import inner_environ
 
 ROOT = Path(__file__).resolve().parent.parent
 TENSOR_SUM = ("suites/test_batch_invariant_switch.py::"
@@ -107,8 +108,7 @@ def test_the_cause_of_a_failure(text: str, category: str | None) -> None:
 def _switch_case(tmp_path: Path, sources: Path | None, case: str = TENSOR_SUM
                  ) -> dict[str, object]:
     results = tmp_path / "results.jsonl"
-    env = {k: v for k, v in os.environ.items()  # the lean plugin list kept (conftest.py)
-           if k == "PYTEST_ADDOPTS" or not k.startswith(("PYTEST_", "HARNESS_"))}
+    env = inner_environ()
     if sources is not None:
         env["PYTHONPATH"] = str(sources) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run(

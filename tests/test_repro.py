@@ -23,6 +23,7 @@ import pytest
 from harness.repro import FIXED, FOUND, NEEDS_NPU
 from harness.repro.command import ReproError, reproduce
 from harness.repro.recipes import RECIPES
+from tests.inner_runs import inner_environ
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_CASE = ("suites/test_logprob_batch_invariance.py::test_logprob_batch_invariance"
@@ -34,8 +35,7 @@ def _night(python: Path | str, case: str, folder: Path, category: str | None) ->
     files the suites write, never on hand-made ones), run by ``python``; its line must be
     filed as ``category`` (None: a drift record of it grew, whatever its category)."""
     results = folder / "night.jsonl"
-    env = {k: v for k, v in os.environ.items()  # the lean plugin list kept (conftest.py)
-           if k == "PYTEST_ADDOPTS" or not k.startswith(("PYTEST_", "HARNESS_"))}
+    env = inner_environ()
     night = subprocess.run([str(python), "-m", "pytest", case, "-q", "-p", "no:cacheprovider",
                             "--device", "cpu", f"--harness-results={results}"], cwd=ROOT,
                            env=env, capture_output=True, text=True, timeout=600, check=False)

@@ -10,7 +10,6 @@ target's Ray starts and the conformance children's vLLM imports."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -20,6 +19,7 @@ import pytest
 
 from harness.invariance.adapters import VerlTarget, VllmAscendTarget
 from harness.stack.devices import has_module
+from tests.inner_runs import inner_environ
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the ledger's findings a CPU runner on the default profile must show, as known findings
@@ -53,8 +53,7 @@ def test_the_suites_on_this_cpu_runner(tmp_path: Path) -> None:
     if not has_module("vllm"):
         pytest.skip("vllm is not installed: bash ci/setup.sh --upstream")
     results = tmp_path / "results.jsonl"
-    # every installed plugin, as users have them (the outer PYTEST_ADDOPTS left behind)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))}
+    env = inner_environ(every_plugin=True)  # as users have them
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "suites/", "-n", "2", "-p", "no:cacheprovider", "-q",
          "--device", "cpu", f"--harness-results={results}",

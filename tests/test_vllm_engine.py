@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.inner_runs import inner_environ
+
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = "suites/test_logprob_batch_invariance.py"
 FINDING = "vllm-cpu-batch-invariant-triton"
@@ -54,8 +56,7 @@ def _env() -> dict[str, str]:
     a busy process: 56.6 s spinning, 36.6 s passive, 35.1 s alone; the bits do not depend on
     it (the same rows pass inside the same envelopes). The outer ``PYTEST_*`` variables are
     left behind: every installed plugin, as users have them."""
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS_"))},
-            "OMP_WAIT_POLICY": "PASSIVE"}
+    return {**inner_environ(every_plugin=True), "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def _engine_rows(python: Path, folder: Path, suite: str = SUITE,
