@@ -137,6 +137,21 @@ def test_a_ray_rank_failing_on_node_1_is_named_and_nothing_is_left(how: str, say
     _fails_and_is_named(RAY_NODES, how, says, tmp_path)
 
 
+def test_a_ray_rank_whose_group_did_not_start_raised_and_is_not_called_dead() -> None:
+    """Seen on CI: rank 0's group start raised, the actor's method then raised outside its
+    own catch, and Ray's task error was read as a death ("died (its process ended without a
+    result)"), the error itself lost. Every rank here fails to start its group (a backend
+    torch does not have): each raised, with torch's own words, and none died."""
+    _ray()
+    with pytest.raises(RankError) as caught:
+        get(RAY_NODES).run(_fails_on_node_1, ("", "raise"), world=4, backend="no-such-backend",
+                           timeout=60)
+    text = str(caught.value)
+    first = text.splitlines()[0]
+    assert " raised: " in first and "no-such-backend" in first, text
+    assert "died" not in text, text
+
+
 def _fails_and_is_named(spec: LaunchSpec, how: str, says: str, tmp_path: Path) -> None:
     before = _descendants()
     # a hang's limit 6 s; a death's ample: under CI's load a Ray actor's death once took

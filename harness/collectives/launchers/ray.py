@@ -1,7 +1,8 @@
 """Ranks as Ray actors across a Ray cluster's nodes (verl places its workers this way).
 
 ``nproc_per_node`` actors on each of ``nnodes`` alive nodes (node affinity, the driver's node
-first); each applies the job's environment, starts its group at rank 0's address and runs
+first); each applies the job's environment, starts its group on rank 0's store (which
+rank 0 binds to a port the kernel picks, so no other process can take it first) and runs
 the body. A node is its Ray node id, which Ray gives every raylet, so two raylets on one host
 are two nodes. On loopback this process starts the cluster itself (Ray's own
 ``cluster_utils.Cluster``: a head and ``nnodes - 1`` worker nodes); otherwise it joins the
@@ -34,6 +35,7 @@ class _Rank:
 
         die_with_parent()
         self.body_thread: int | None = None
+        self.store: Any = None
 
     def where(self) -> dict[str, Any]:
         """Where this rank runs; it imports torch here, so that the check's time counts
@@ -43,28 +45,44 @@ class _Rank:
         import ray
         import torch.distributed  # noqa: F401
 
-        from harness.stack.network import free_port
-
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
-                "host": socket.gethostname(), "ip": ray.util.get_node_ip_address(),
-                "port": free_port()}
+                "host": socket.gethostname(), "ip": ray.util.get_node_ip_address()}
+
+    def open_store(self, host: str, world: int, env: Mapping[str, str | None],
+                   timeout: float) -> int:
+        """Rank 0's store, its port bound here and now (port 0: the kernel's choice), so no
+        other process can take it between a port being picked and bound; after the job's
+        environment, as the group start would see it."""
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        ranks.apply_env(env)
+        self.store = dist.TCPStore(host, 0, world, is_master=True,
+                                   timeout=timedelta(seconds=timeout), wait_for_workers=False)
+        return int(self.store.port)
 
     def run(self, body: bytes, rank: int, world: int, local: int, node_rank: int,
-            backend: str, init_method: str, timeout: float) -> dict[str, Any]:
+            backend: str, store_at: tuple[str, int], timeout: float) -> dict[str, Any]:
         import threading
+        from datetime import timedelta
 
         import cloudpickle
+        import torch.distributed as dist
 
         self.body_thread = threading.get_ident()
-        fn, args, env = cloudpickle.loads(body)
-        # the variables torchrun gives a rank, so a body reads its place the same way
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world),
-                          GROUP_RANK=str(node_rank))
-        seen = ranks.apply_env(env)
-        try:
-            ranks.init_group(backend, local, timeout + ranks.START_S, init_method=init_method,
+        when = _When()
+        try:  # everything that can raise, so that a raise is never read as a death
+            fn, args, env = cloudpickle.loads(body)
+            # the variables torchrun gives a rank, so a body reads its place the same way
+            os.environ.update(RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world),
+                              GROUP_RANK=str(node_rank))
+            seen = ranks.apply_env(env)
+            limit = timeout + ranks.START_S
+            store = self.store if rank == 0 else dist.TCPStore(
+                *store_at, world, is_master=False, timeout=timedelta(seconds=limit))
+            ranks.init_group(backend, local, limit, store=dist.PrefixStore("default_pg", store),
                              rank=rank, world_size=world)
-            when = _When()
             value = ranks.run_body(fn, rank, world, args, when)
         except BaseException as exc:  # noqa: BLE001 - named by rank in the driver
             return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
@@ -127,10 +145,13 @@ class RayLauncher:
                                 "(--ranks-nnodes)", 0)
             actors = _start(ray, nodes[:spec.nnodes], spec.nproc_per_node)
             where = ray.get([a.where.remote() for a in actors], timeout=ranks.START_S)
-            init = f"tcp://{where[0]['ip']}:{where[0]['port']}"
+            host = where[0]["ip"]
+            port = ray.get(actors[0].open_store.remote(host, world, dict(env or {}),
+                                                       timeout + ranks.START_S),
+                           timeout=ranks.START_S)
             body = cloudpickle.dumps((fn, args, dict(env or {})))
             refs = [a.run.remote(body, r, world, r % spec.nproc_per_node,
-                                 r // spec.nproc_per_node, backend, init, timeout)
+                                 r // spec.nproc_per_node, backend, (host, port), timeout)
                     for r, a in enumerate(actors)]
             return _collect(ray, actors, refs, where, world, backend, timeout)
         finally:
@@ -183,6 +204,10 @@ def _collect(ray: Any, actors: list[Any], refs: list[Any], where: list[dict[str,
             del pending[rank]
             try:
                 out = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:  # raised outside the rank's own catch
+                cause = exc.cause
+                out = {"error": f"{type(cause).__name__}: {cause}", "traceback": str(exc),
+                       "failed_at": time.time()}
             except Exception as exc:  # noqa: BLE001 - the actor died (a signal, OOM...)
                 codes[rank] = ranks.DIED  # Ray does not say by which signal
                 outs[rank] = {"error": str(exc).strip().splitlines()[0]}
