@@ -163,7 +163,7 @@ def _rank_main(rank: int, world: int, backend: str, init_file: str, folder: str,
     """One rank: its environment first, then the process group, then the body."""
     import cloudpickle
 
-    from harness.isolation.child import die_with_parent
+    from harness.isolation.child import collector_paused, die_with_parent
 
     die_with_parent()
     out = Path(folder)
@@ -171,7 +171,8 @@ def _rank_main(rank: int, world: int, backend: str, init_file: str, folder: str,
     result: dict[str, Any] = {"env_at_init": apply_env(env)}
     code = 0
     try:
-        import torch.distributed  # noqa: F401
+        with collector_paused():
+            import torch.distributed  # noqa: F401
 
         (out / f"rank{rank}.ready").touch()  # imports done: the check's time starts
         init_group(backend, rank, timeout, init_method=f"file://{init_file}", rank=rank,

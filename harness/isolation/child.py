@@ -20,12 +20,14 @@ import ctypes
 import errno
 import faulthandler
 import functools
+import gc
 import json
 import os
 import pickle
 import signal
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,23 @@ def die_with_parent() -> None:
     """Ask the kernel to SIGKILL us if the parent dies (Linux), so a killed pytest leaks nothing."""
     with contextlib.suppress(OSError, AttributeError):
         _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic collector off while a process of ours imports its stack, on again
+    after. An import of torch makes hundreds of thousands of objects, and every pass of the
+    oldest generation walks all of them again: measured here, ``import torch.distributed``
+    1.25-1.8 s of CPU with it, 1.05 s without. Nothing is lost: the first collection after
+    the import sees every cycle it made. Only around our own start-up imports (a rank's, a
+    forkserver's preload), never around a check's body."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 _PR_SET_CHILD_SUBREAPER = 36

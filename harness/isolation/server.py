@@ -236,18 +236,21 @@ def _import_preload(preload: list[str]) -> str | None:
     import importlib
     import importlib.util
 
+    from harness.isolation.child import collector_paused
+
     try:
-        for entry in preload:
-            # torch is in the default warm-up, but a machine may have none (the plugin's
-            # own tests on Python 3.10/3.12 here): left out when it is not installed, a
-            # child that needs it then fails as under spawn; so is a module named with a
-            # trailing "?" (``transformers?``: optional, where the stack has it); any other
-            # module asked for, and one that is installed but fails to import, are reported
-            name = entry.removesuffix(OPTIONAL)
-            if (entry.endswith(OPTIONAL) or name.partition(".")[0] == "torch") \
-                    and importlib.util.find_spec(name.partition(".")[0]) is None:
-                continue
-            importlib.import_module(name)
+        with collector_paused():
+            for entry in preload:
+                # torch is in the default warm-up, but a machine may have none (the plugin's
+                # own tests on Python 3.10/3.12 here): left out when it is not installed, a
+                # child that needs it then fails as under spawn; so is a module named with a
+                # trailing "?" (``transformers?``: optional, where the stack has it); any other
+                # module asked for, and one that is installed but fails to import, are reported
+                name = entry.removesuffix(OPTIONAL)
+                if (entry.endswith(OPTIONAL) or name.partition(".")[0] == "torch") \
+                        and importlib.util.find_spec(name.partition(".")[0]) is None:
+                    continue
+                importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
         return f"preloading {name!r} failed: {type(exc).__name__}: {exc}"
     return None

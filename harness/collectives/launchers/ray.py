@@ -43,7 +43,11 @@ class _Rank:
         import socket
 
         import ray
-        import torch.distributed  # noqa: F401
+
+        from harness.isolation.child import collector_paused
+
+        with collector_paused():
+            import torch.distributed  # noqa: F401
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
                 "host": socket.gethostname(), "ip": ray.util.get_node_ip_address()}
