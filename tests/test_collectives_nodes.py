@@ -141,11 +141,12 @@ def test_a_ray_rank_whose_group_did_not_start_raised_and_is_not_called_dead() ->
     """Seen on CI: rank 0's group start raised, the actor's method then raised outside its
     own catch, and Ray's task error was read as a death ("died (its process ended without a
     result)"), the error itself lost. Every rank here fails to start its group (a backend
-    torch does not have): each raised, with torch's own words, and none died."""
+    torch does not have): each raised, with torch's own words, and none died. One node of
+    two ranks: the fault was in every rank, and a second raylet costs seconds."""
     _ray()
     with pytest.raises(RankError) as caught:
-        get(RAY_NODES).run(_fails_on_node_1, ("", "raise"), world=4, backend="no-such-backend",
-                           timeout=60)
+        get(LaunchSpec("ray", nnodes=1, nproc_per_node=2, loopback=True)).run(
+            _fails_on_node_1, ("", "raise"), world=2, backend="no-such-backend", timeout=60)
     text = str(caught.value)
     first = text.splitlines()[0]
     assert " raised: " in first and "no-such-backend" in first, text
