@@ -150,9 +150,14 @@ class RayLauncher:
             actors = _start(ray, nodes[:spec.nnodes], spec.nproc_per_node)
             where = ray.get([a.where.remote() for a in actors], timeout=ranks.START_S)
             host = where[0]["ip"]
-            port = ray.get(actors[0].open_store.remote(host, world, dict(env or {}),
-                                                       timeout + ranks.START_S),
-                           timeout=ranks.START_S)
+            try:
+                port = ray.get(actors[0].open_store.remote(host, world, dict(env or {}),
+                                                           timeout + ranks.START_S),
+                               timeout=ranks.START_S)
+            except ray.exceptions.RayTaskError as exc:  # a rank's failure, named as one
+                raise RankError(f"rank 0 of {world} ({backend}) on node {_node(where[0])} "
+                                f"could not open the job's store: {type(exc.cause).__name__}: "
+                                f"{exc.cause}", 0) from exc
             body = cloudpickle.dumps((fn, args, dict(env or {})))
             refs = [a.run.remote(body, r, world, r % spec.nproc_per_node,
                                  r // spec.nproc_per_node, backend, (host, port), timeout)
