@@ -98,8 +98,8 @@ E2E = ("tests/test_suites_on_cpu.py", "tests/test_vllm_engine.py", "tests/test_p
 #: runs leave them out (``PYTEST_ADDOPTS``), but for those that mirror a user's job, which
 #: run with every installed plugin, as users have them: the suites on this CPU runner
 #: (tests/test_suites_on_cpu.py) and the engine's rows (tests/test_vllm_engine.py) start
-#: theirs with ``tests.inner_runs.inner_environ(every_plugin=True)``. Measured, the fast loop's 632 tests with
-#: them in every inner run: 563 s of CPU (319 s); without: 507 s (291 s)
+#: theirs with ``tests.inner_runs.inner_environ(every_plugin=True)``. Measured, the fast
+#: loop's 632 tests with them in every inner run: 563 s of CPU (319 s); without: 507 s (291 s)
 UNUSED_INNER_PLUGINS = ("hypothesispytest", "hydra_pytest", "benchmark", "anyio")
 LEAN_ADDOPTS = " ".join(f"-p no:{name}" for name in UNUSED_INNER_PLUGINS)
 

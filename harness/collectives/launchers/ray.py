@@ -155,8 +155,8 @@ class RayLauncher:
                                                            timeout + ranks.START_S),
                                timeout=ranks.START_S)
             except ray.exceptions.RayTaskError as exc:  # a rank's failure, named as one
-                raise RankError(f"rank 0 of {world} ({backend}) on node {_node(where[0])} "
-                                f"could not open the job's store: {type(exc.cause).__name__}: "
+                raise RankError(f"rank 0 of {world} ({backend}){_place(where)(0)} could not "
+                                f"open the job's store: {type(exc.cause).__name__}: "
                                 f"{exc.cause}", 0) from exc
             body = cloudpickle.dumps((fn, args, dict(env or {})))
             refs = [a.run.remote(body, r, world, r % spec.nproc_per_node,
@@ -192,15 +192,22 @@ def _node(where: dict[str, Any]) -> str:
     return f"{where['host']}/{where['node_id'][:8]}"
 
 
-def _collect(ray: Any, actors: list[Any], refs: list[Any], where: list[dict[str, Any]],
-             world: int, backend: str, timeout: float) -> list[RankResult]:
-    """Every rank's result, or the rank whose actor died, raised or hung, by its node."""
-    nproc = world // len({w["node_id"] for w in where})
+def _place(where: list[dict[str, Any]]) -> Callable[[int], str]:
+    """Where a rank ran, as the failure's text names it: its node, node rank, local rank."""
+    nproc = len(where) // len({w["node_id"] for w in where})
 
     def place(rank: int) -> str:
         return (f" on node {_node(where[rank])} (node rank {rank // nproc}, local rank "
                 f"{rank % nproc})")
 
+    return place
+
+
+def _collect(ray: Any, actors: list[Any], refs: list[Any], where: list[dict[str, Any]],
+             world: int, backend: str, timeout: float) -> list[RankResult]:
+    """Every rank's result, or the rank whose actor died, raised or hung, by its node."""
+    nproc = world // len({w["node_id"] for w in where})
+    place = _place(where)
     outs: dict[int, dict[str, Any]] = {}
     codes: dict[int, int | None] = dict.fromkeys(range(world))
     pending = dict(enumerate(refs))
